@@ -1,0 +1,100 @@
+"""The one small protocol every channel implements.
+
+A channel module (``hitl_mcp.channels.<type>``) exports two names:
+
+- ``Config``: a pydantic model of its YAML block (``extra="forbid"``, a ``type`` literal, secrets
+  as ``SecretStr``). It must import nothing heavy: config is validated without the provider library.
+- ``Channel``: a subclass of :class:`Channel` below, built as ``Channel(name, config, hub)``.
+
+Sending goes through ``deliver`` (and ``retract`` once the request is settled). Inbound replies are
+parsed and verified inside the channel, then handed to ``hub.resolve``: the broker is the only writer
+of a request's outcome. Channels never import each other and never touch the store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel, ConfigDict
+from starlette.routing import BaseRoute
+
+from hitl_mcp.models import Reply, Request
+
+
+class ChannelConfig(BaseModel):
+    """Base of every channel's config block."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str
+
+
+@dataclass
+class Delivery:
+    """What ``deliver`` reports: the provider's message reference, and anything worth keeping."""
+
+    ref: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class DeliveryError(Exception):
+    """A send that failed. ``retry_after`` (seconds) marks it as worth retrying, e.g. on a 429.
+
+    The message is stored and shown to users: never put a secret in it.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None, permanent: bool = False):
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.permanent = permanent
+
+
+@dataclass(frozen=True)
+class ResolveResult:
+    """The broker's verdict on a reply: ``won`` is true for the single winning reply."""
+
+    won: bool
+    request: Request
+    reason: str = ""
+
+
+class Hub(Protocol):
+    """What a channel may ask of the broker."""
+
+    public_url: str | None
+    state_dir: Path
+
+    async def resolve(self, request_id: str, reply: Reply) -> ResolveResult: ...
+
+    async def get(self, request_id: str) -> Request | None: ...
+
+
+class Channel:
+    """Base class: override ``deliver``; the rest is optional."""
+
+    type: ClassVar[str] = ""
+    #: whether a person can answer through this channel (False for notify-only channels)
+    answerable: ClassVar[bool] = True
+
+    def __init__(self, name: str, config: ChannelConfig, hub: Hub) -> None:
+        self.name = name
+        self.config = config
+        self.hub = hub
+
+    async def start(self) -> None:
+        """Open sockets or start pollers. Called once, before any delivery."""
+
+    async def close(self) -> None:
+        """Undo ``start``."""
+
+    def routes(self) -> list[BaseRoute]:
+        """Inbound webhook routes, mounted under ``/webhooks/<channel name>/``."""
+        return []
+
+    async def deliver(self, request: Request) -> Delivery:
+        raise NotImplementedError
+
+    async def retract(self, request: Request, delivery: Delivery) -> None:
+        """Tell the person the request is settled (``request`` carries the outcome)."""

@@ -1,0 +1,136 @@
+"""The vocabulary every module shares: kinds, statuses, requests, replies and outcomes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Kind(StrEnum):
+    QUESTION = "question"
+    APPROVAL = "approval"
+    NOTIFICATION = "notification"
+
+
+class Status(StrEnum):
+    PENDING = "pending"
+    ANSWERED = "answered"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    NOTIFIED = "notified"  # a notify_user message: nothing to answer
+
+
+Risk = Literal["low", "medium", "high"]
+Level = Literal["info", "success", "warning", "error"]
+Decision = Literal["approve", "deny"]
+
+
+def now() -> float:
+    """Seconds since the epoch; the one clock the store and broker use."""
+    import time
+
+    return time.time()
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def canonical_json(value: Any) -> str:
+    """One stable JSON rendering (sorted keys, no spaces): what payload hashes are taken over."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def payload_sha256(payload: Any) -> str | None:
+    if payload is None:
+        return None
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+class Request(BaseModel):
+    """One durable request to a person. The row is the truth; waiters are views on it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    kind: Kind
+    status: Status = Status.PENDING
+    text: str = Field(description="The question, the action to approve, or the notification message.")
+    title: str | None = None
+    details: str | None = None
+    context: str | None = None
+    choices: list[str] | None = None
+    allow_free_text: bool = True
+    payload: Any = None
+    payload_sha256: str | None = None
+    risk: Risk | None = None
+    level: Level | None = None
+    default_answer: str | None = None
+    channels: list[str] = Field(default_factory=list)
+    idempotency_key: str | None = None
+    session_key: str | None = None
+    client_name: str | None = None
+    created_at: float
+    expires_at: float | None = None
+    closed_at: float | None = None
+    # the outcome, once there is one
+    answer: str | None = None
+    choice: str | None = None
+    approved: bool | None = None
+    comment: str | None = None
+    responder: str | None = None
+    channel: str | None = None
+
+    @property
+    def short_id(self) -> str:
+        return self.id[:8]
+
+    @property
+    def is_open(self) -> bool:
+        return self.status == Status.PENDING
+
+
+class Reply(BaseModel):
+    """An answer as a channel received it, before the broker decides whether it wins."""
+
+    model_config = ConfigDict(frozen=True)
+
+    channel: str
+    responder: str
+    text: str | None = None
+    choice: str | None = None
+    decision: Decision | None = None
+    comment: str | None = None
+
+
+class Outcome(BaseModel):
+    """What a tool call returns for a request: the structured result the model reads."""
+
+    request_id: str
+    status: Status
+    answer: str | None = Field(None, description="The person's answer as text (the choice, for a choice).")
+    choice: str | None = Field(None, description="The choice picked, when choices were offered.")
+    approved: bool | None = Field(
+        None, description="For approvals: true only when a person approved. Expiry or cancel is false."
+    )
+    payload_sha256: str | None = Field(None, description="For approvals: SHA-256 of the payload approved.")
+    comment: str | None = None
+    responder: str | None = Field(None, description="Who answered, as the channel knows them.")
+    channel: str | None = Field(None, description="The channel the answer came through.")
+    asked_at: str
+    answered_at: str | None = None
+    waited_seconds: float = Field(description="How long this call waited.")
+    next_step: str = Field(description="What to do now, in one sentence.")
+
+
+class NotifyResult(BaseModel):
+    request_id: str
+    delivered: list[str]
+    failed: list[dict[str, str]]
