@@ -1,0 +1,350 @@
+"""The broker: ask, wait, resolve, cancel, expire. The heart, with no I/O of its own.
+
+A request is a row; a waiting coroutine is only a view on it. Within one process a resolution
+wakes its waiters at once; a resolution written by another process sharing the database is seen
+by the change poller (every ``POLL_SECONDS``) or at the waiter's next heartbeat.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from hitl_mcp.channels.base import Channel, ResolveResult
+from hitl_mcp.models import Kind, NotifyResult, Reply, Request, Status, canonical_json, now, payload_sha256
+from hitl_mcp.outbox import Outbox
+from hitl_mcp.store.base import Store
+
+log = logging.getLogger("hitl_mcp.broker")
+
+POLL_SECONDS = 0.5
+NOTIFY_TIMEOUT = 15.0
+
+
+class BrokerError(Exception):
+    """A request the broker refuses; the message says why and what would be valid."""
+
+
+class UnknownChannel(BrokerError):
+    pass
+
+
+class NotFound(BrokerError):
+    pass
+
+
+class ReplyInvalid(BrokerError):
+    """The reply does not fit the request (a choice not offered, a decision on a question...)."""
+
+
+@dataclass
+class AskSpec:
+    kind: Kind
+    text: str
+    title: str | None = None
+    details: str | None = None
+    context: str | None = None
+    choices: list[str] | None = None
+    allow_free_text: bool | None = None
+    payload: Any = None
+    risk: str | None = None
+    level: str | None = None
+    default_answer: str | None = None
+    channels: list[str] | None = None
+    timeout_seconds: float | None = None
+    idempotency_key: str | None = None
+    session_key: str | None = None
+    client_name: str | None = None
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Per-kind channels and lifetimes, from the config's ``defaults``."""
+
+    channels: Mapping[Kind, list[str]]
+    timeouts: Mapping[Kind, float]
+
+
+OnTick = Callable[[float], Awaitable[None]]
+
+
+class Broker:
+    def __init__(
+        self,
+        store: Store,
+        channels: Mapping[str, Channel],
+        defaults: Defaults,
+        *,
+        state_dir: Path,
+        public_url: str | None = None,
+    ) -> None:
+        self.store = store
+        self.channels = dict(channels)
+        self.defaults = defaults
+        self.state_dir = state_dir
+        self.public_url = public_url
+        self.outbox = Outbox(store, self.channels)
+        self._waiters: dict[str, set[anyio.Event]] = {}
+        self._expiry_wake = anyio.Event()
+        self._waiters_present = anyio.Event()
+        self._listeners: set[Callable[[str, str], None]] = set()
+
+    # --- background work -------------------------------------------------------------------
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The outbox, expiry and change feed; runs until cancelled."""
+        last = await self.store.last_seq()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.outbox.run)
+            tg.start_soon(self._expire_loop)
+            tg.start_soon(self._watch_changes, last)
+            task_status.started()
+
+    async def _expire_loop(self) -> None:
+        while True:
+            for request_id in await self.store.due_expiries(now()):
+                await self.expire(request_id)
+            upcoming = await self.store.next_expiry()
+            delay = 30.0 if upcoming is None else min(max(upcoming - now(), 0.05), 30.0)
+            with anyio.move_on_after(delay):
+                await self._expiry_wake.wait()
+            self._expiry_wake = anyio.Event()
+
+    async def _watch_changes(self, last: int) -> None:
+        """Wake waiters (and listeners) for changes written by any process."""
+        while True:
+            if not self._waiters and not self._listeners:
+                self._waiters_present = anyio.Event()
+                await self._waiters_present.wait()
+            changes = await self.store.changes_since(last)
+            for change in changes:
+                last = change.seq
+                if change.request_id is not None:
+                    self._publish(change.request_id, change.event)
+            if len(changes) < 1000:
+                await anyio.sleep(POLL_SECONDS)
+
+    def _publish(self, request_id: str, event: str) -> None:
+        if event in ("answered", "expired", "cancelled"):
+            for waiter in self._waiters.get(request_id, ()):
+                waiter.set()
+        for listener in list(self._listeners):
+            listener(request_id, event)
+
+    def listen(self, listener: Callable[[str, str], None]) -> Callable[[], None]:
+        """Call ``listener(request_id, event)`` for every audit event; returns the unsubscribe."""
+        self._listeners.add(listener)
+        self._waiters_present.set()
+        return lambda: self._listeners.discard(listener)
+
+    # --- asking ----------------------------------------------------------------------------
+
+    def check_channels(self, kind: Kind, names: list[str] | None) -> list[str]:
+        chosen = list(dict.fromkeys(names)) if names else list(self.defaults.channels[kind])
+        unknown = [n for n in chosen if n not in self.channels]
+        if unknown:
+            valid = ", ".join(sorted(self.channels)) or "(none)"
+            raise UnknownChannel(f"unknown channel {', '.join(map(repr, unknown))}; configured channels: {valid}")
+        if kind != Kind.NOTIFICATION:
+            silent = [n for n in chosen if not self.channels[n].answerable]
+            if silent:
+                raise UnknownChannel(f"channel {', '.join(map(repr, silent))} can notify but cannot take an answer")
+        return chosen
+
+    async def ask(self, spec: AskSpec) -> tuple[Request, bool]:
+        """Store the request and queue its deliveries, or re-attach to the one it repeats."""
+        channels = self.check_channels(spec.kind, spec.channels)
+        created_at = now()
+        timeout = spec.timeout_seconds or self.defaults.timeouts.get(spec.kind)
+        allow_free_text = spec.allow_free_text if spec.allow_free_text is not None else not spec.choices
+        request = Request(
+            id=secrets.token_hex(8),
+            kind=spec.kind,
+            status=Status.NOTIFIED if spec.kind == Kind.NOTIFICATION else Status.PENDING,
+            text=spec.text,
+            title=spec.title,
+            details=spec.details,
+            context=spec.context,
+            choices=spec.choices or None,
+            allow_free_text=allow_free_text,
+            payload=spec.payload,
+            payload_sha256=payload_sha256(spec.payload) if spec.kind == Kind.APPROVAL else None,
+            risk=spec.risk,
+            level=spec.level,
+            default_answer=spec.default_answer,
+            channels=channels,
+            idempotency_key=spec.idempotency_key,
+            session_key=spec.session_key,
+            client_name=spec.client_name,
+            created_at=created_at,
+            expires_at=created_at + timeout if timeout and spec.kind != Kind.NOTIFICATION else None,
+        )
+        stored, created = await self.store.create(request, self._dedupe_key(spec))
+        if not created and stored.kind != spec.kind:
+            raise BrokerError(
+                f"idempotency_key {spec.idempotency_key!r} already belongs to {stored.kind.value} "
+                f"{stored.id}; use a new key for a new request"
+            )
+        if created:
+            self.outbox.kick()
+            self._expiry_wake.set()
+        return stored, created
+
+    @staticmethod
+    def _dedupe_key(spec: AskSpec) -> str | None:
+        """Without a key, the same question from the same session while pending is the same request."""
+        if spec.idempotency_key is not None or spec.session_key is None or spec.kind == Kind.NOTIFICATION:
+            return None
+        material = canonical_json([spec.session_key, spec.kind.value, spec.text, spec.choices or []])
+        return hashlib.sha256(material.encode()).hexdigest()
+
+    async def notify(self, spec: AskSpec) -> NotifyResult:
+        """Deliver a notification to its channels, one attempt each; never waits for a person."""
+        request, _ = await self.ask(spec)
+        rows = await self.store.deliveries(request.id)
+        with anyio.move_on_after(NOTIFY_TIMEOUT):
+            await self.outbox.send_now([r.id for r in rows if r.status == "queued"])
+        delivered: list[str] = []
+        failed: list[dict[str, str]] = []
+        for row in await self.store.deliveries(request.id):
+            if row.status == "sent":
+                delivered.append(row.channel)
+            else:
+                failed.append({"channel": row.channel, "error": row.error or f"not delivered ({row.status})"})
+        return NotifyResult(request_id=request.id, delivered=delivered, failed=failed)
+
+    # --- waiting ---------------------------------------------------------------------------
+
+    async def wait(self, request_id: str, seconds: float, on_tick: OnTick | None = None,
+                   tick_seconds: float = 10.0) -> Request:
+        """Wait up to ``seconds`` for the request to settle; returns it as it then stands."""
+        started = anyio.current_time()
+        event = anyio.Event()
+        self._waiters.setdefault(request_id, set()).add(event)
+        self._waiters_present.set()
+        try:
+            request = await self.get_or_raise(request_id)
+            while request.status == Status.PENDING:
+                elapsed = anyio.current_time() - started
+                remaining = seconds - elapsed
+                until_expiry = None if request.expires_at is None else request.expires_at - now()
+                if until_expiry is not None and until_expiry <= 0:
+                    return await self.expire(request_id)
+                if remaining <= 0:
+                    break
+                step = min(remaining, tick_seconds)
+                if until_expiry is not None:
+                    step = min(step, until_expiry)
+                with anyio.move_on_after(step):
+                    await event.wait()
+                request = await self.get_or_raise(request_id)
+                if request.status == Status.PENDING and on_tick is not None and not event.is_set():
+                    await on_tick(anyio.current_time() - started)
+            return request
+        finally:
+            waiters = self._waiters.get(request_id)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiters[request_id]
+
+    async def get(self, request_id: str) -> Request | None:
+        return await self.store.get(request_id)
+
+    async def get_or_raise(self, request_id: str) -> Request:
+        request = await self.store.get(request_id)
+        if request is None:
+            raise NotFound(f"no request with id {request_id!r}")
+        return request
+
+    # --- settling --------------------------------------------------------------------------
+
+    async def resolve(self, request_id: str, reply: Reply) -> ResolveResult:
+        """First valid reply wins; later ones are recorded as losing. Raises on a reply that does
+        not fit the request (``ReplyInvalid``) or an unknown id (``NotFound``)."""
+        request = await self.get_or_raise(request_id)
+        outcome = check_reply(request, reply) if request.status == Status.PENDING else {}
+        settled = await self.store.resolve(request_id, reply, outcome)
+        if settled is None:
+            raise NotFound(f"no request with id {request_id!r}")
+        if settled.won or settled.request.status != request.status:
+            self._settled(request_id, settled.request.status.value)
+        reason = "" if settled.won else _already(settled.request)
+        return ResolveResult(settled.won, settled.request, reason)
+
+    async def cancel(self, request_id: str, reason: str | None, actor: str) -> Request:
+        request = await self.get_or_raise(request_id)
+        outcome: dict[str, Any] = {"comment": reason}
+        if request.kind == Kind.APPROVAL:
+            outcome["approved"] = False
+        settled = await self.store.close_request(request_id, Status.CANCELLED, actor, outcome)
+        assert settled is not None
+        if settled.won or settled.request.status != request.status:
+            self._settled(request_id, settled.request.status.value)
+        return settled.request
+
+    async def expire(self, request_id: str) -> Request:
+        request = await self.get_or_raise(request_id)
+        if request.status != Status.PENDING:
+            return request
+        outcome: dict[str, Any] = (
+            {"approved": False} if request.kind == Kind.APPROVAL else {"answer": request.default_answer}
+        )
+        settled = await self.store.close_request(request_id, Status.EXPIRED, "expiry", outcome)
+        assert settled is not None
+        if settled.won:
+            self._settled(request_id, "expired")
+        return settled.request
+
+    async def caller_left(self, request_id: str, client_name: str | None, waited: float) -> None:
+        """The host cancelled the call or went away; the request stays answerable."""
+        await self.store.record(request_id, "caller_left", client_name, {"waited_seconds": round(waited, 3)})
+
+    def _settled(self, request_id: str, event: str) -> None:
+        self._publish(request_id, event)
+        self.outbox.kick()
+
+
+def _already(request: Request) -> str:
+    if request.status == Status.ANSWERED:
+        return f"already answered by {request.responder} via {request.channel}"
+    if request.status == Status.NOTIFIED:
+        return "a notification takes no reply"
+    return f"already {request.status.value}"
+
+
+def check_reply(request: Request, reply: Reply) -> dict[str, Any]:
+    """The outcome a reply gives this request, or ``ReplyInvalid`` saying why it does not fit."""
+    comment = (reply.comment or "").strip() or None
+    if request.kind == Kind.APPROVAL:
+        if reply.choice is not None or reply.text is not None:
+            raise ReplyInvalid("an approval takes a decision (approve or deny) and an optional comment")
+        if reply.decision not in ("approve", "deny"):
+            raise ReplyInvalid("an approval needs a decision: approve or deny")
+        return {"approved": reply.decision == "approve", "comment": comment}
+    if request.kind != Kind.QUESTION:
+        raise ReplyInvalid("a notification takes no reply")
+    if reply.decision is not None:
+        raise ReplyInvalid("a question takes text or a choice, not a decision")
+    choices = request.choices or []
+    if reply.choice is not None:
+        if reply.choice not in choices:
+            offered = ", ".join(map(repr, choices)) if choices else "none were offered"
+            raise ReplyInvalid(f"choice {reply.choice!r} was not offered; choices: {offered}")
+        return {"answer": reply.choice, "choice": reply.choice, "comment": comment}
+    text = (reply.text or "").strip()
+    if not text:
+        raise ReplyInvalid("the answer is empty: send text" + (" or a choice" if choices else ""))
+    matching = [c for c in choices if c.casefold() == text.casefold()]
+    if matching:
+        return {"answer": matching[0], "choice": matching[0], "comment": comment}
+    if not request.allow_free_text:
+        raise ReplyInvalid(f"pick one of the choices: {', '.join(map(repr, choices))}")
+    return {"answer": text, "comment": comment}

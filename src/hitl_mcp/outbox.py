@@ -1,0 +1,97 @@
+"""The outbox: every send and retraction is a delivery row first, then an attempt.
+
+Rows are claimed with a lease, so several processes sharing one database never send the same
+row at once, and a row whose process died mid-send is picked up again after the lease.
+Failures are retried with backoff (a provider's ``retry_after`` wins); permanent ones are not.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+import anyio
+
+from hitl_mcp.channels.base import Channel, Delivery, DeliveryError
+from hitl_mcp.models import now
+from hitl_mcp.store.base import DeliveryRow, Store
+
+log = logging.getLogger("hitl_mcp.outbox")
+
+LEASE_SECONDS = 60.0
+ATTEMPT_TIMEOUT = 30.0
+MAX_ATTEMPTS = 8
+POLL_SECONDS = 0.5
+
+
+def backoff(attempts: int) -> float:
+    return float(min(2 ** (attempts - 1), 300))
+
+
+class Outbox:
+    def __init__(self, store: Store, channels: Mapping[str, Channel]) -> None:
+        self.store = store
+        self.channels = channels
+        self._wake = anyio.Event()
+
+    def kick(self) -> None:
+        """Something was queued: look now instead of at the next poll."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            while True:
+                rows = await self.store.claim_deliveries(list(self.channels), now(), LEASE_SECONDS, 64)
+                for row in rows:
+                    tg.start_soon(self.attempt, row)
+                if len(rows) < 64:
+                    with anyio.move_on_after(POLL_SECONDS):
+                        await self._wake.wait()
+                    self._wake = anyio.Event()
+
+    async def send_now(self, ids: Sequence[int]) -> list[DeliveryRow]:
+        """Claim these rows and attempt each once, concurrently; returns their rows afterwards."""
+        rows = await self.store.claim_deliveries(list(self.channels), now(), LEASE_SECONDS, len(ids), ids=ids)
+        async with anyio.create_task_group() as tg:
+            for row in rows:
+                tg.start_soon(self.attempt, row, 1)
+        return rows
+
+    async def attempt(self, row: DeliveryRow, max_attempts: int = MAX_ATTEMPTS) -> None:
+        channel = self.channels[row.channel]
+        request = await self.store.get(row.request_id)
+        if request is None:
+            await self.store.finish_delivery(row.id, status="failed", error="request not found")
+            return
+        try:
+            with anyio.fail_after(ATTEMPT_TIMEOUT):
+                if row.action == "deliver":
+                    sent = await channel.deliver(request)
+                else:
+                    sent = Delivery()
+                    for other in await self.store.deliveries(row.request_id):
+                        if other.action == "deliver" and other.channel == row.channel:
+                            sent = Delivery(ref=other.ref, detail=other.detail)
+                    await channel.retract(request, sent)
+        except DeliveryError as exc:
+            await self._failed(row, str(exc), exc.retry_after, exc.permanent, max_attempts)
+        except TimeoutError:
+            await self._failed(row, f"no answer from {row.channel} within {ATTEMPT_TIMEOUT:.0f}s", None, False,
+                               max_attempts)
+        except Exception as exc:  # a channel bug must not stop the outbox; the row records it
+            log.exception("channel %s failed to %s request %s", row.channel, row.action, row.request_id)
+            await self._failed(row, f"{type(exc).__name__}: {exc}", None, False, max_attempts)
+        else:
+            await self.store.finish_delivery(row.id, status="sent", ref=sent.ref, detail=sent.detail)
+
+    async def _failed(
+        self, row: DeliveryRow, error: str, retry_after: float | None, permanent: bool, max_attempts: int
+    ) -> None:
+        if permanent or row.attempts >= max_attempts:
+            log.warning("%s to %s failed for good: %s", row.action, row.channel, error)
+            await self.store.finish_delivery(row.id, status="failed", error=error)
+            return
+        delay = retry_after if retry_after is not None else backoff(row.attempts)
+        log.info("%s to %s failed (attempt %d), retrying in %.0fs: %s", row.action, row.channel,
+                 row.attempts, delay, error)
+        await self.store.finish_delivery(row.id, status="queued", error=error, next_attempt_at=now() + delay)

@@ -1,0 +1,96 @@
+"""How a request reads to the model: the structured ``Outcome`` and the same in words."""
+
+from __future__ import annotations
+
+from hitl_mcp.models import Kind, Outcome, Request, Status, iso, now
+
+
+def to_outcome(request: Request, waited_seconds: float) -> Outcome:
+    return Outcome(
+        request_id=request.id,
+        status=request.status,
+        answer=request.answer,
+        choice=request.choice,
+        approved=_approved(request),
+        payload_sha256=request.payload_sha256 if request.kind == Kind.APPROVAL else None,
+        comment=request.comment,
+        responder=request.responder,
+        channel=request.channel,
+        asked_at=iso(request.created_at) or "",
+        answered_at=iso(request.closed_at),
+        waited_seconds=round(waited_seconds, 3),
+        next_step=next_step(request),
+    )
+
+
+def _approved(request: Request) -> bool | None:
+    if request.kind != Kind.APPROVAL:
+        return None
+    # silence is never consent: only an answered approval with a yes is true
+    return request.status == Status.ANSWERED and bool(request.approved)
+
+
+def next_step(request: Request) -> str:
+    rid = request.id
+    if request.status == Status.PENDING:
+        return (
+            f"No reply yet; this is normal. Call wait_for_response with request_id '{rid}' to keep waiting. "
+            "Do not ask again: the person already has the request."
+        )
+    if request.status == Status.CANCELLED:
+        return "The request was withdrawn; no answer will come. Do not act on it."
+    if request.kind == Kind.APPROVAL:
+        if request.status == Status.ANSWERED and request.approved:
+            return "Approved: go ahead with exactly the action that was approved, and nothing more."
+        if request.status == Status.ANSWERED:
+            return "Denied: do not perform the action. Take the comment into account if there is one."
+        return "Not approved: nobody answered before it expired. Do not perform the action."
+    if request.status == Status.ANSWERED:
+        return "The person answered: continue using their answer."
+    if request.default_answer is not None:
+        return "Nobody answered before it expired; continue with the default answer given."
+    return "Nobody answered before it expired. Continue without this input, or stop if you cannot."
+
+
+def describe(outcome: Outcome, request: Request) -> str:
+    """The text content: the outcome in a sentence or two, then what to do."""
+    who = f" by {outcome.responder}" if outcome.responder else ""
+    via = f" via {outcome.channel}" if outcome.channel else ""
+    comment = f' Comment: "{outcome.comment}".' if outcome.comment else ""
+    if outcome.status == Status.PENDING:
+        left = ""
+        if request.expires_at is not None:
+            left = f" It expires in {format_duration(request.expires_at - now())}."
+        head = (
+            f"Still waiting for a reply to request {request.id} (sent via {', '.join(request.channels)}); "
+            f"waited {format_duration(outcome.waited_seconds)} in this call.{left}"
+        )
+    elif outcome.status == Status.ANSWERED and request.kind == Kind.APPROVAL:
+        verb = "Approved" if outcome.approved else "Denied"
+        head = f"{verb}{who}{via}.{comment}"
+        if outcome.approved and outcome.payload_sha256:
+            head += f" Payload SHA-256: {outcome.payload_sha256}."
+    elif outcome.status == Status.ANSWERED:
+        head = f'Answer{who}{via}: "{outcome.answer}".{comment}'
+    elif outcome.status == Status.EXPIRED:
+        head = f"Request {request.id} expired with no reply."
+        if request.kind == Kind.APPROVAL:
+            head += " It is NOT approved."
+        elif outcome.answer is not None:
+            head += f' The default answer applies: "{outcome.answer}".'
+    else:
+        head = f"Request {request.id} was cancelled.{comment}"
+    return f"{head}\nNext step: {outcome.next_step}"
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, secs = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    return f"{hours // 24}d{hours % 24:02d}h"

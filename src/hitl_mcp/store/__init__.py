@@ -1,0 +1,1 @@
+"""Storage engines behind one narrow protocol (store/base.py)."""

@@ -1,0 +1,121 @@
+"""The Store protocol: what the broker needs from a database, and nothing more.
+
+Each engine keeps its SQL in one module. The single-winner rule is one conditional UPDATE
+(``... WHERE status = 'pending'``) inside the engine's ``resolve`` and ``close``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hitl_mcp.audit import AuditRow, Verdict
+from hitl_mcp.models import Reply, Request, Status
+
+
+@dataclass(frozen=True)
+class DeliveryRow:
+    id: int
+    request_id: str
+    channel: str
+    action: str  # "deliver" | "retract"
+    status: str  # "queued" | "sending" | "sent" | "failed" | "skipped"
+    attempts: int
+    ref: str | None
+    detail: dict[str, Any]
+    error: str | None
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class ReplyRow:
+    id: int
+    request_id: str
+    channel: str
+    responder: str
+    text: str | None
+    choice: str | None
+    decision: str | None
+    comment: str | None
+    received_at: float
+    won: bool
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The result of a conditional write: ``won`` is true when this call changed the row."""
+
+    won: bool
+    request: Request
+
+
+@dataclass(frozen=True)
+class Change:
+    seq: int
+    request_id: str | None
+    event: str
+
+
+class Store(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def create(self, request: Request, dedupe_key: str | None) -> tuple[Request, bool]:
+        """Insert the request and queue its deliveries, or return the pending (or, for an
+        idempotency key, any) request it duplicates; the bool says whether it was created."""
+        ...
+
+    async def get(self, request_id: str) -> Request | None: ...
+
+    async def list(
+        self, status: Status | None = None, limit: int = 100, before: float | None = None
+    ) -> list[Request]: ...
+
+    async def resolve(self, request_id: str, reply: Reply, outcome: dict[str, Any]) -> Settled | None:
+        """Record the reply; it wins only if the request is still pending and unexpired."""
+        ...
+
+    async def close_request(
+        self, request_id: str, status: Status, actor: str, outcome: dict[str, Any]
+    ) -> Settled | None:
+        """Expire or cancel a pending request (conditional: a settled one is returned unchanged)."""
+        ...
+
+    async def due_expiries(self, now: float, limit: int = 100) -> list[str]: ...
+
+    async def next_expiry(self) -> float | None: ...
+
+    async def record(self, request_id: str | None, event: str, actor: str | None, data: dict[str, Any]) -> None:
+        """Append one audit row."""
+        ...
+
+    async def claim_deliveries(
+        self, channels: Sequence[str], now: float, lease: float, limit: int, ids: Sequence[int] | None = None
+    ) -> list[DeliveryRow]: ...
+
+    async def finish_delivery(
+        self,
+        delivery_id: int,
+        *,
+        status: str,
+        ref: str | None = None,
+        detail: dict[str, Any] | None = None,
+        error: str | None = None,
+        next_attempt_at: float | None = None,
+    ) -> None: ...
+
+    async def deliveries(self, request_id: str) -> list[DeliveryRow]: ...
+
+    async def replies(self, request_id: str) -> list[ReplyRow]: ...
+
+    async def audit(self, request_id: str | None = None) -> list[AuditRow]: ...
+
+    async def changes_since(self, seq: int, limit: int = 1000) -> list[Change]: ...
+
+    async def last_seq(self) -> int: ...
+
+    async def verify_audit(self) -> Verdict: ...

@@ -1,0 +1,607 @@
+"""The embedded store: SQLite through aiosqlite, in WAL mode, safe to share between processes.
+
+All SQL of this engine lives here. Every write is one ``BEGIN IMMEDIATE`` transaction, so the
+audit chain's "read the last hash, append a row" is atomic across processes, and the
+single-winner rule is the conditional UPDATE in :meth:`SqliteStore.resolve`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import anyio
+
+from hitl_mcp.audit import GENESIS, AuditRow, Verdict, row_hash, verify
+from hitl_mcp.models import Kind, Reply, Request, Status, now
+from hitl_mcp.store.base import Change, DeliveryRow, ReplyRow, Settled
+
+BODY_FIELDS = (
+    "text",
+    "title",
+    "details",
+    "context",
+    "choices",
+    "allow_free_text",
+    "payload",
+    "payload_sha256",
+    "risk",
+    "level",
+    "default_answer",
+    "channels",
+    "client_name",
+)
+OUTCOME_FIELDS = ("answer", "choice", "approved", "comment", "responder", "channel")
+
+MIGRATIONS: list[str] = [
+    # 1: the first schema
+    """
+    CREATE TABLE requests (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        body TEXT NOT NULL,
+        idempotency_key TEXT,
+        dedupe_key TEXT,
+        session_key TEXT,
+        created_at REAL NOT NULL,
+        expires_at REAL,
+        closed_at REAL,
+        answer TEXT,
+        choice TEXT,
+        approved INTEGER,
+        comment TEXT,
+        responder TEXT,
+        channel TEXT
+    );
+    CREATE UNIQUE INDEX requests_idempotency ON requests(idempotency_key) WHERE idempotency_key IS NOT NULL;
+    CREATE UNIQUE INDEX requests_dedupe ON requests(dedupe_key) WHERE dedupe_key IS NOT NULL AND status = 'pending';
+    CREATE INDEX requests_status ON requests(status, created_at);
+    CREATE INDEX requests_expiry ON requests(expires_at) WHERE status = 'pending';
+    CREATE TABLE deliveries (
+        id INTEGER PRIMARY KEY,
+        request_id TEXT NOT NULL REFERENCES requests(id),
+        channel TEXT NOT NULL,
+        action TEXT NOT NULL,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        ref TEXT,
+        detail TEXT NOT NULL DEFAULT '{}',
+        error TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        next_attempt_at REAL NOT NULL,
+        claimed_at REAL,
+        UNIQUE (request_id, channel, action)
+    );
+    CREATE INDEX deliveries_due ON deliveries(status, next_attempt_at);
+    CREATE TABLE replies (
+        id INTEGER PRIMARY KEY,
+        request_id TEXT NOT NULL REFERENCES requests(id),
+        channel TEXT NOT NULL,
+        responder TEXT NOT NULL,
+        text TEXT,
+        choice TEXT,
+        decision TEXT,
+        comment TEXT,
+        received_at REAL NOT NULL,
+        won INTEGER NOT NULL,
+        reason TEXT
+    );
+    CREATE INDEX replies_request ON replies(request_id);
+    CREATE TABLE audit (
+        seq INTEGER PRIMARY KEY,
+        at REAL NOT NULL,
+        request_id TEXT,
+        event TEXT NOT NULL,
+        actor TEXT,
+        data TEXT NOT NULL,
+        prev_hash TEXT NOT NULL,
+        hash TEXT NOT NULL
+    );
+    CREATE INDEX audit_request ON audit(request_id);
+    CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+        BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+    CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+        BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+    """,
+]
+
+SETTLING_EVENTS = ("answered", "expired", "cancelled")
+
+
+class SqliteStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db: aiosqlite.Connection | None = None
+        self._lock = anyio.Lock()
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        db = await aiosqlite.connect(self.path, isolation_level=None)
+        db.row_factory = aiosqlite.Row
+        await db.execute("PRAGMA busy_timeout = 10000")
+        await db.execute("PRAGMA journal_mode = WAL")
+        await db.execute("PRAGMA synchronous = NORMAL")
+        await db.execute("PRAGMA foreign_keys = ON")
+        self._db = db
+        try:
+            os.chmod(self.path, 0o600)
+        except OSError:
+            pass
+        await self._migrate()
+
+    async def close(self) -> None:
+        if self._db is not None:
+            with anyio.CancelScope(shield=True):
+                await self._db.close()
+            self._db = None
+
+    async def _migrate(self) -> None:
+        async with self._write() as db:
+            version = (await (await db.execute("PRAGMA user_version")).fetchone())[0]
+            if version > len(MIGRATIONS):
+                raise RuntimeError(
+                    f"{self.path} has schema version {version}, newer than this hitl-mcp knows "
+                    f"({len(MIGRATIONS)}); upgrade hitl-mcp"
+                )
+            for number in range(version, len(MIGRATIONS)):
+                for statement in _split_sql(MIGRATIONS[number]):
+                    await db.execute(statement)
+                await db.execute(f"PRAGMA user_version = {number + 1}")
+
+    @property
+    def db(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise RuntimeError("the store is not open")
+        return self._db
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
+        async with self._lock:
+            yield self.db
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
+        """One IMMEDIATE transaction, shielded: a cancelled caller never leaves it half done."""
+        with anyio.CancelScope(shield=True):
+            async with self._lock:
+                db = self.db
+                await db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield db
+                except BaseException:
+                    await db.execute("ROLLBACK")
+                    raise
+                else:
+                    await db.execute("COMMIT")
+
+    # --- audit -----------------------------------------------------------------------------
+
+    async def _append(
+        self,
+        db: aiosqlite.Connection,
+        request_id: str | None,
+        event: str,
+        actor: str | None,
+        data: dict[str, Any],
+        at: float | None = None,
+    ) -> None:
+        row = await (await db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")).fetchone()
+        seq, prev = (row["seq"] + 1, row["hash"]) if row else (1, GENESIS)
+        at = now() if at is None else at
+        digest = row_hash(prev, seq, at, request_id, event, actor, data)
+        await db.execute(
+            "INSERT INTO audit (seq, at, request_id, event, actor, data, prev_hash, hash)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (seq, at, request_id, event, actor, json.dumps(data, sort_keys=True), prev, digest),
+        )
+
+    async def record(self, request_id: str | None, event: str, actor: str | None, data: dict[str, Any]) -> None:
+        async with self._write() as db:
+            await self._append(db, request_id, event, actor, data)
+
+    async def audit(self, request_id: str | None = None) -> list[AuditRow]:
+        async with self._read() as db:
+            if request_id is None:
+                cursor = await db.execute("SELECT * FROM audit ORDER BY seq")
+            else:
+                cursor = await db.execute("SELECT * FROM audit WHERE request_id = ? ORDER BY seq", (request_id,))
+            return [_audit_row(r) for r in await cursor.fetchall()]
+
+    async def verify_audit(self) -> Verdict:
+        return verify(await self.audit())
+
+    async def changes_since(self, seq: int, limit: int = 1000) -> list[Change]:
+        async with self._read() as db:
+            cursor = await db.execute(
+                "SELECT seq, request_id, event FROM audit WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit)
+            )
+            return [Change(r["seq"], r["request_id"], r["event"]) for r in await cursor.fetchall()]
+
+    async def last_seq(self) -> int:
+        async with self._read() as db:
+            row = await (await db.execute("SELECT MAX(seq) FROM audit")).fetchone()
+            return row[0] or 0
+
+    # --- requests --------------------------------------------------------------------------
+
+    async def create(self, request: Request, dedupe_key: str | None) -> tuple[Request, bool]:
+        async with self._write() as db:
+            existing = None
+            if request.idempotency_key is not None:
+                cursor = await db.execute(
+                    "SELECT * FROM requests WHERE idempotency_key = ?", (request.idempotency_key,)
+                )
+                existing = await cursor.fetchone()
+            if existing is None and dedupe_key is not None:
+                cursor = await db.execute(
+                    "SELECT * FROM requests WHERE dedupe_key = ? AND status = 'pending'", (dedupe_key,)
+                )
+                existing = await cursor.fetchone()
+            if existing is not None:
+                found = _request(existing)
+                await self._append(db, found.id, "reattached", request.client_name, {})
+                return found, False
+            body = {name: getattr(request, name) for name in BODY_FIELDS}
+            await db.execute(
+                "INSERT INTO requests (id, kind, status, body, idempotency_key, dedupe_key, session_key,"
+                " created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    request.id,
+                    request.kind.value,
+                    request.status.value,
+                    json.dumps(body),
+                    request.idempotency_key,
+                    dedupe_key,
+                    request.session_key,
+                    request.created_at,
+                    request.expires_at,
+                ),
+            )
+            for channel in request.channels:
+                await db.execute(
+                    "INSERT INTO deliveries (request_id, channel, action, status, created_at, updated_at,"
+                    " next_attempt_at) VALUES (?, ?, 'deliver', 'queued', ?, ?, ?)",
+                    (request.id, channel, request.created_at, request.created_at, request.created_at),
+                )
+            await self._append(
+                db,
+                request.id,
+                "created",
+                request.client_name,
+                {
+                    "kind": request.kind.value,
+                    "text": request.text,
+                    "channels": request.channels,
+                    "payload_sha256": request.payload_sha256,
+                    "expires_at": request.expires_at,
+                },
+                at=request.created_at,
+            )
+            return request, True
+
+    async def get(self, request_id: str) -> Request | None:
+        async with self._read() as db:
+            row = await (await db.execute("SELECT * FROM requests WHERE id = ?", (request_id,))).fetchone()
+            return _request(row) if row else None
+
+    async def list(
+        self, status: Status | None = None, limit: int = 100, before: float | None = None
+    ) -> list[Request]:
+        sql = "SELECT * FROM requests WHERE 1 = 1"
+        args: list[Any] = []
+        if status is not None:
+            sql += " AND status = ?"
+            args.append(status.value)
+        if before is not None:
+            sql += " AND created_at < ?"
+            args.append(before)
+        sql += " ORDER BY created_at DESC LIMIT ?"
+        args.append(limit)
+        async with self._read() as db:
+            return [_request(r) for r in await (await db.execute(sql, args)).fetchall()]
+
+    async def resolve(self, request_id: str, reply: Reply, outcome: dict[str, Any]) -> Settled | None:
+        at = now()
+        async with self._write() as db:
+            row = await (await db.execute("SELECT * FROM requests WHERE id = ?", (request_id,))).fetchone()
+            if row is None:
+                return None
+            current = _request(row)
+            if current.status == Status.PENDING and current.expires_at is not None and current.expires_at <= at:
+                current = await self._settle(db, current, Status.EXPIRED, "expiry", _expiry_outcome(current), at)
+            won = False
+            if current.status == Status.PENDING:
+                cursor = await db.execute(
+                    "UPDATE requests SET status = 'answered', closed_at = ?, answer = ?, choice = ?,"
+                    " approved = ?, comment = ?, responder = ?, channel = ?"
+                    " WHERE id = ? AND status = 'pending'",
+                    (
+                        at,
+                        outcome.get("answer"),
+                        outcome.get("choice"),
+                        outcome.get("approved"),
+                        outcome.get("comment"),
+                        reply.responder,
+                        reply.channel,
+                        request_id,
+                    ),
+                )
+                won = cursor.rowcount == 1
+            reason = None if won else f"request was already {current.status.value}"
+            await db.execute(
+                "INSERT INTO replies (request_id, channel, responder, text, choice, decision, comment,"
+                " received_at, won, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    request_id,
+                    reply.channel,
+                    reply.responder,
+                    reply.text,
+                    reply.choice,
+                    reply.decision,
+                    reply.comment,
+                    at,
+                    int(won),
+                    reason,
+                ),
+            )
+            if not won:
+                await self._append(
+                    db, request_id, "reply_rejected", reply.responder, {"channel": reply.channel, "reason": reason}
+                )
+                return Settled(False, current)
+            await self._append(
+                db,
+                request_id,
+                "answered",
+                reply.responder,
+                {"channel": reply.channel, **{k: v for k, v in outcome.items() if v is not None}},
+                at=at,
+            )
+            await self._queue_retractions(db, request_id, at)
+            row = await (await db.execute("SELECT * FROM requests WHERE id = ?", (request_id,))).fetchone()
+            return Settled(True, _request(row))
+
+    async def close_request(
+        self, request_id: str, status: Status, actor: str, outcome: dict[str, Any]
+    ) -> Settled | None:
+        at = now()
+        async with self._write() as db:
+            row = await (await db.execute("SELECT * FROM requests WHERE id = ?", (request_id,))).fetchone()
+            if row is None:
+                return None
+            current = _request(row)
+            if current.status != Status.PENDING:
+                return Settled(False, current)
+            if status == Status.CANCELLED and current.expires_at is not None and current.expires_at <= at:
+                status, actor, outcome = Status.EXPIRED, "expiry", _expiry_outcome(current)
+            settled = await self._settle(db, current, status, actor, outcome, at)
+            return Settled(settled.status == status, settled)
+
+    async def _settle(
+        self,
+        db: aiosqlite.Connection,
+        current: Request,
+        status: Status,
+        actor: str,
+        outcome: dict[str, Any],
+        at: float,
+    ) -> Request:
+        cursor = await db.execute(
+            "UPDATE requests SET status = ?, closed_at = ?, answer = ?, approved = ?, comment = ?"
+            " WHERE id = ? AND status = 'pending'",
+            (status.value, at, outcome.get("answer"), outcome.get("approved"), outcome.get("comment"), current.id),
+        )
+        if cursor.rowcount == 1:
+            await self._append(
+                db, current.id, status.value, actor, {k: v for k, v in outcome.items() if v is not None}, at=at
+            )
+            await self._queue_retractions(db, current.id, at)
+        row = await (await db.execute("SELECT * FROM requests WHERE id = ?", (current.id,))).fetchone()
+        return _request(row)
+
+    async def _queue_retractions(self, db: aiosqlite.Connection, request_id: str, at: float) -> None:
+        """Once settled: drop deliveries not yet sent, and queue a retraction where one was."""
+        await db.execute(
+            "UPDATE deliveries SET status = 'skipped', updated_at = ?"
+            " WHERE request_id = ? AND action = 'deliver' AND status = 'queued'",
+            (at, request_id),
+        )
+        await db.execute(
+            "INSERT OR IGNORE INTO deliveries (request_id, channel, action, status, created_at, updated_at,"
+            " next_attempt_at) SELECT request_id, channel, 'retract', 'queued', ?, ?, ?"
+            " FROM deliveries WHERE request_id = ? AND action = 'deliver' AND status = 'sent'",
+            (at, at, at, request_id),
+        )
+
+    async def due_expiries(self, now: float, limit: int = 100) -> list[str]:
+        async with self._read() as db:
+            cursor = await db.execute(
+                "SELECT id FROM requests WHERE status = 'pending' AND expires_at <= ? ORDER BY expires_at LIMIT ?",
+                (now, limit),
+            )
+            return [r["id"] for r in await cursor.fetchall()]
+
+    async def next_expiry(self) -> float | None:
+        async with self._read() as db:
+            row = await (
+                await db.execute("SELECT MIN(expires_at) FROM requests WHERE status = 'pending'")
+            ).fetchone()
+            return row[0]
+
+    # --- deliveries (the outbox) -----------------------------------------------------------
+
+    async def claim_deliveries(
+        self, channels: Sequence[str], now: float, lease: float, limit: int, ids: Sequence[int] | None = None
+    ) -> list[DeliveryRow]:
+        if not channels:
+            return []
+        marks = ",".join("?" * len(channels))
+        where = (
+            f"channel IN ({marks}) AND ((status = 'queued' AND next_attempt_at <= ?)"
+            " OR (status = 'sending' AND claimed_at < ?))"
+        )
+        args: list[Any] = [*channels, now, now - lease]
+        if ids is not None:
+            if not ids:
+                return []
+            where += f" AND id IN ({','.join('?' * len(ids))})"
+            args.extend(ids)
+        async with self._read() as db:  # a cheap look first: an idle poll takes no write lock
+            due = await (await db.execute(f"SELECT 1 FROM deliveries WHERE {where} LIMIT 1", args)).fetchone()
+        if due is None:
+            return []
+        async with self._write() as db:
+            cursor = await db.execute(
+                f"UPDATE deliveries SET status = 'sending', claimed_at = ?, attempts = attempts + 1,"
+                f" updated_at = ? WHERE id IN (SELECT id FROM deliveries WHERE {where} ORDER BY id LIMIT ?)"
+                " RETURNING *",
+                (now, now, *args, limit),
+            )
+            rows = await cursor.fetchall()
+            return sorted((_delivery(r) for r in rows), key=lambda d: d.id)
+
+    async def finish_delivery(
+        self,
+        delivery_id: int,
+        *,
+        status: str,
+        ref: str | None = None,
+        detail: dict[str, Any] | None = None,
+        error: str | None = None,
+        next_attempt_at: float | None = None,
+    ) -> None:
+        at = now()
+        async with self._write() as db:
+            row = await (await db.execute("SELECT * FROM deliveries WHERE id = ?", (delivery_id,))).fetchone()
+            if row is None:
+                return
+            await db.execute(
+                "UPDATE deliveries SET status = ?, ref = COALESCE(?, ref), detail = ?, error = ?,"
+                " next_attempt_at = COALESCE(?, next_attempt_at), updated_at = ?, claimed_at = NULL"
+                " WHERE id = ?",
+                (status, ref, json.dumps(detail or {}), error, next_attempt_at, at, delivery_id),
+            )
+            noun = "delivery" if row["action"] == "deliver" else "retraction"
+            event = {"sent": f"{row['action']}ed", "failed": f"{noun}_failed"}.get(status)
+            if event is None and error:
+                event = f"{noun}_retry"
+            if event:
+                data: dict[str, Any] = {"channel": row["channel"], "attempt": row["attempts"]}
+                if error:
+                    data["error"] = error
+                await self._append(db, row["request_id"], event, None, data)
+            if status == "sent" and row["action"] == "deliver":
+                state = await (
+                    await db.execute("SELECT status FROM requests WHERE id = ?", (row["request_id"],))
+                ).fetchone()
+                if state is not None and state["status"] not in (Status.PENDING.value, Status.NOTIFIED.value):
+                    # settled while this send was in flight: it needs its retraction too
+                    await self._queue_retractions(db, row["request_id"], at)
+
+    async def deliveries(self, request_id: str) -> list[DeliveryRow]:
+        async with self._read() as db:
+            cursor = await db.execute("SELECT * FROM deliveries WHERE request_id = ? ORDER BY id", (request_id,))
+            return [_delivery(r) for r in await cursor.fetchall()]
+
+    async def replies(self, request_id: str) -> list[ReplyRow]:
+        async with self._read() as db:
+            cursor = await db.execute("SELECT * FROM replies WHERE request_id = ? ORDER BY id", (request_id,))
+            return [_reply(r) for r in await cursor.fetchall()]
+
+
+def _split_sql(script: str) -> list[str]:
+    """Statements of a migration; triggers keep their inner ``;`` (they end in ``END;``)."""
+    statements: list[str] = []
+    buffer: list[str] = []
+    for line in script.strip().splitlines():
+        buffer.append(line)
+        text = "\n".join(buffer).strip()
+        in_trigger = text.upper().startswith("CREATE TRIGGER")
+        if text.endswith(";") and (not in_trigger or text.upper().endswith("END;")):
+            statements.append(text)
+            buffer = []
+    if "\n".join(buffer).strip():
+        statements.append("\n".join(buffer).strip())
+    return statements
+
+
+def _expiry_outcome(request: Request) -> dict[str, Any]:
+    if request.kind == Kind.APPROVAL:
+        return {"approved": False}
+    return {"answer": request.default_answer}
+
+
+def _request(row: aiosqlite.Row) -> Request:
+    body = json.loads(row["body"])
+    approved = row["approved"]
+    return Request(
+        id=row["id"],
+        kind=Kind(row["kind"]),
+        status=Status(row["status"]),
+        idempotency_key=row["idempotency_key"],
+        session_key=row["session_key"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        closed_at=row["closed_at"],
+        answer=row["answer"],
+        choice=row["choice"],
+        approved=None if approved is None else bool(approved),
+        comment=row["comment"],
+        responder=row["responder"],
+        channel=row["channel"],
+        **body,
+    )
+
+
+def _delivery(row: aiosqlite.Row) -> DeliveryRow:
+    return DeliveryRow(
+        id=row["id"],
+        request_id=row["request_id"],
+        channel=row["channel"],
+        action=row["action"],
+        status=row["status"],
+        attempts=row["attempts"],
+        ref=row["ref"],
+        detail=json.loads(row["detail"] or "{}"),
+        error=row["error"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _reply(row: aiosqlite.Row) -> ReplyRow:
+    return ReplyRow(
+        id=row["id"],
+        request_id=row["request_id"],
+        channel=row["channel"],
+        responder=row["responder"],
+        text=row["text"],
+        choice=row["choice"],
+        decision=row["decision"],
+        comment=row["comment"],
+        received_at=row["received_at"],
+        won=bool(row["won"]),
+        reason=row["reason"],
+    )
+
+
+def _audit_row(row: aiosqlite.Row) -> AuditRow:
+    return AuditRow(
+        seq=row["seq"],
+        at=row["at"],
+        request_id=row["request_id"],
+        event=row["event"],
+        actor=row["actor"],
+        data=json.loads(row["data"]),
+        prev_hash=row["prev_hash"],
+        hash=row["hash"],
+    )
