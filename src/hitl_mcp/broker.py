@@ -151,11 +151,15 @@ class Broker:
         unknown = [n for n in chosen if n not in self.channels]
         if unknown:
             valid = ", ".join(sorted(self.channels)) or "(none)"
-            raise UnknownChannel(f"unknown channel {', '.join(map(repr, unknown))}; configured channels: {valid}")
+            raise UnknownChannel(
+                f"unknown channel {', '.join(map(repr, unknown))}; configured channels: {valid}"
+            )
         if kind != Kind.NOTIFICATION:
             silent = [n for n in chosen if not self.channels[n].answerable]
             if silent:
-                raise UnknownChannel(f"channel {', '.join(map(repr, silent))} can notify but cannot take an answer")
+                raise UnknownChannel(
+                    f"channel {', '.join(map(repr, silent))} can notify but cannot take an answer"
+                )
         return chosen
 
     async def ask(self, spec: AskSpec) -> tuple[Request, bool]:
@@ -210,7 +214,7 @@ class Broker:
         request, _ = await self.ask(spec)
         rows = await self.store.deliveries(request.id)
         with anyio.move_on_after(NOTIFY_TIMEOUT):
-            await self.outbox.send_now([r.id for r in rows if r.status == "queued"])
+            await self.outbox.send_now([r.id for r in rows if r.status == "held"])
         delivered: list[str] = []
         failed: list[dict[str, str]] = []
         for row in await self.store.deliveries(request.id):
@@ -222,8 +226,9 @@ class Broker:
 
     # --- waiting ---------------------------------------------------------------------------
 
-    async def wait(self, request_id: str, seconds: float, on_tick: OnTick | None = None,
-                   tick_seconds: float = 10.0) -> Request:
+    async def wait(
+        self, request_id: str, seconds: float, on_tick: OnTick | None = None, tick_seconds: float = 10.0
+    ) -> Request:
         """Wait up to ``seconds`` for the request to settle; returns it as it then stands."""
         started = anyio.current_time()
         event = anyio.Event()

@@ -89,7 +89,9 @@ class Store(Protocol):
 
     async def next_expiry(self) -> float | None: ...
 
-    async def record(self, request_id: str | None, event: str, actor: str | None, data: dict[str, Any]) -> None:
+    async def record(
+        self, request_id: str | None, event: str, actor: str | None, data: dict[str, Any]
+    ) -> None:
         """Append one audit row."""
         ...
 

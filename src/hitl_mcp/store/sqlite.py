@@ -204,7 +204,9 @@ class SqliteStore:
             (seq, at, request_id, event, actor, json.dumps(data, sort_keys=True), prev, digest),
         )
 
-    async def record(self, request_id: str | None, event: str, actor: str | None, data: dict[str, Any]) -> None:
+    async def record(
+        self, request_id: str | None, event: str, actor: str | None, data: dict[str, Any]
+    ) -> None:
         async with self._write() as db:
             await self._append(db, request_id, event, actor, data)
 
@@ -213,7 +215,9 @@ class SqliteStore:
             if request_id is None:
                 cursor = await db.execute("SELECT * FROM audit ORDER BY seq")
             else:
-                cursor = await db.execute("SELECT * FROM audit WHERE request_id = ? ORDER BY seq", (request_id,))
+                cursor = await db.execute(
+                    "SELECT * FROM audit WHERE request_id = ? ORDER BY seq", (request_id,)
+                )
             return [_audit_row(r) for r in await cursor.fetchall()]
 
     async def verify_audit(self) -> Verdict:
@@ -266,11 +270,14 @@ class SqliteStore:
                     request.expires_at,
                 ),
             )
+            # a notification's sends are held for the caller, who attempts them at once and reports
+            # how they went; the outbox takes over held rows only if that caller died (after the lease)
+            first = "held" if request.kind == Kind.NOTIFICATION else "queued"
             for channel in request.channels:
                 await db.execute(
                     "INSERT INTO deliveries (request_id, channel, action, status, created_at, updated_at,"
-                    " next_attempt_at) VALUES (?, ?, 'deliver', 'queued', ?, ?, ?)",
-                    (request.id, channel, request.created_at, request.created_at, request.created_at),
+                    " next_attempt_at) VALUES (?, ?, 'deliver', ?, ?, ?, ?)",
+                    (request.id, channel, first, request.created_at, request.created_at, request.created_at),
                 )
             await self._append(
                 db,
@@ -316,8 +323,14 @@ class SqliteStore:
             if row is None:
                 return None
             current = _request(row)
-            if current.status == Status.PENDING and current.expires_at is not None and current.expires_at <= at:
-                current = await self._settle(db, current, Status.EXPIRED, "expiry", _expiry_outcome(current), at)
+            if (
+                current.status == Status.PENDING
+                and current.expires_at is not None
+                and current.expires_at <= at
+            ):
+                current = await self._settle(
+                    db, current, Status.EXPIRED, "expiry", _expiry_outcome(current), at
+                )
             won = False
             if current.status == Status.PENDING:
                 cursor = await db.execute(
@@ -355,7 +368,11 @@ class SqliteStore:
             )
             if not won:
                 await self._append(
-                    db, request_id, "reply_rejected", reply.responder, {"channel": reply.channel, "reason": reason}
+                    db,
+                    request_id,
+                    "reply_rejected",
+                    reply.responder,
+                    {"channel": reply.channel, "reason": reason},
                 )
                 return Settled(False, current)
             await self._append(
@@ -398,11 +415,23 @@ class SqliteStore:
         cursor = await db.execute(
             "UPDATE requests SET status = ?, closed_at = ?, answer = ?, approved = ?, comment = ?"
             " WHERE id = ? AND status = 'pending'",
-            (status.value, at, outcome.get("answer"), outcome.get("approved"), outcome.get("comment"), current.id),
+            (
+                status.value,
+                at,
+                outcome.get("answer"),
+                outcome.get("approved"),
+                outcome.get("comment"),
+                current.id,
+            ),
         )
         if cursor.rowcount == 1:
             await self._append(
-                db, current.id, status.value, actor, {k: v for k, v in outcome.items() if v is not None}, at=at
+                db,
+                current.id,
+                status.value,
+                actor,
+                {k: v for k, v in outcome.items() if v is not None},
+                at=at,
             )
             await self._queue_retractions(db, current.id, at)
         row = await (await db.execute("SELECT * FROM requests WHERE id = ?", (current.id,))).fetchone()
@@ -445,14 +474,17 @@ class SqliteStore:
         if not channels:
             return []
         marks = ",".join("?" * len(channels))
-        where = (
-            f"channel IN ({marks}) AND ((status = 'queued' AND next_attempt_at <= ?)"
-            " OR (status = 'sending' AND claimed_at < ?))"
+        due = (
+            "(status = 'queued' AND next_attempt_at <= ?) OR (status = 'sending' AND claimed_at < ?)"
+            " OR (status = 'held' AND created_at < ?)"
         )
-        args: list[Any] = [*channels, now, now - lease]
+        args: list[Any] = [*channels, now, now - lease, now - lease]
         if ids is not None:
             if not ids:
                 return []
+            due += " OR status = 'held'"
+        where = f"channel IN ({marks}) AND ({due})"
+        if ids is not None:
             where += f" AND id IN ({','.join('?' * len(ids))})"
             args.extend(ids)
         async with self._read() as db:  # a cheap look first: an idle poll takes no write lock
@@ -509,7 +541,9 @@ class SqliteStore:
 
     async def deliveries(self, request_id: str) -> list[DeliveryRow]:
         async with self._read() as db:
-            cursor = await db.execute("SELECT * FROM deliveries WHERE request_id = ? ORDER BY id", (request_id,))
+            cursor = await db.execute(
+                "SELECT * FROM deliveries WHERE request_id = ? ORDER BY id", (request_id,)
+            )
             return [_delivery(r) for r in await cursor.fetchall()]
 
     async def replies(self, request_id: str) -> list[ReplyRow]:

@@ -1,0 +1,286 @@
+"""The ``hitl-mcp`` command: run the server, write and check configs, and answer from a terminal.
+
+The answering verbs (pending, answer, approve, deny, history, audit verify) open the same state
+directory as the server, so they work whether or not a server is running; a server that is waiting
+on the request sees the answer within half a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import getpass
+import json
+import logging
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from hitl_mcp import __version__
+from hitl_mcp.config import (
+    Config,
+    ConfigError,
+    effective_config,
+    load_config,
+    resolve_state_dir,
+    starter_config_text,
+)
+
+log = logging.getLogger("hitl_mcp")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"hitl-mcp: config error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hitl-mcp", description="An MCP server that lets agents reach a person."
+    )
+    parser.add_argument("--version", action="version", version=f"hitl-mcp {__version__}")
+    sub = parser.add_subparsers(metavar="COMMAND")
+
+    def command(name: str, func: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(func=func)
+        return p
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", "-c", help="the YAML config (default: the embedded default)")
+        p.add_argument("--state-dir", help="where the database lives (default ~/.local/state/hitl-mcp)")
+
+    p = command("serve", cmd_serve, "run the MCP server")
+    common(p)
+    p.add_argument("--transport", choices=["stdio", "sse", "http"], default="stdio")
+    p.add_argument("--host", help="HTTP address (default from config, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="HTTP port (default from config, 8765)")
+
+    p = command("init", cmd_init, "write a commented starter config")
+    p.add_argument("path", nargs="?", default="hitl.yaml")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+    p = command("check", cmd_check, "validate a config and print it, secrets masked")
+    p.add_argument("--config", "-c", help="the YAML config (default: the embedded default)")
+
+    p = command("pending", cmd_pending, "list requests waiting for an answer")
+    common(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = command("answer", cmd_answer, "answer a question")
+    common(p)
+    p.add_argument("id", help="the request id (or a unique start of it)")
+    p.add_argument("text", help="the answer: free text or one of the choices")
+
+    for name, func in (("approve", cmd_approve), ("deny", cmd_deny)):
+        p = command(name, func, f"{name} a pending approval")
+        common(p)
+        p.add_argument("id", help="the request id (or a unique start of it)")
+        p.add_argument("--comment", help="a note for the agent")
+
+    p = command("history", cmd_history, "list recent requests and what became of them")
+    common(p)
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = command("audit", cmd_audit_verify, "check the audit log")
+    common(p)
+    p.add_argument("action", choices=["verify"])
+    return parser
+
+
+def setup_logging(level: str = "info") -> None:
+    handler = logging.StreamHandler(sys.stderr)  # stdout belongs to the stdio transport
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+    logging.getLogger("hitl_mcp").setLevel(level.upper())
+
+
+def _config(args: argparse.Namespace) -> tuple[Config, Path]:
+    config = load_config(args.config)
+    return config, resolve_state_dir(config, getattr(args, "state_dir", None))
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from hitl_mcp.runtime import ConfigRefused, serve
+
+    config, state_dir = _config(args)
+    setup_logging(config.server.log_level)
+    host = args.host or config.server.http.host
+    port = args.port if args.port is not None else config.server.http.port
+    try:
+        anyio.run(serve, config, state_dir, args.transport, host, port)
+    except ConfigRefused as exc:
+        print(f"hitl-mcp: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    path = Path(args.path)
+    if path.exists() and not args.force:
+        print(f"hitl-mcp: {path} exists; use --force to overwrite it", file=sys.stderr)
+        return 1
+    path.write_text(starter_config_text())
+    print(f"wrote {path}; check it with: hitl-mcp check --config {path}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import yaml
+
+    config = load_config(args.config)
+    print(f"# {config.source or 'embedded default'}: valid")
+    print(yaml.safe_dump(effective_config(config), sort_keys=False), end="")
+    return 0
+
+
+@contextlib.asynccontextmanager
+async def _broker(args: argparse.Namespace) -> AsyncIterator[Any]:
+    from hitl_mcp.broker import Broker, Defaults
+    from hitl_mcp.runtime import DB_FILE
+    from hitl_mcp.store.sqlite import SqliteStore
+
+    _, state_dir = _config(args)
+    store = SqliteStore(state_dir / DB_FILE)
+    await store.open()
+    try:
+        yield Broker(store, {}, Defaults({}, {}), state_dir=state_dir)
+    finally:
+        await store.close()
+
+
+def _run(fn: Callable[..., Any], *args: Any) -> int:
+    return int(anyio.run(fn, *args) or 0)
+
+
+def cmd_pending(args: argparse.Namespace) -> int:
+    from hitl_mcp.models import Status
+
+    async def go() -> int:
+        async with _broker(args) as broker:
+            requests = await broker.store.list(Status.PENDING, 1000)
+        _print_requests(requests, args.json, pending=True)
+        return 0
+
+    return _run(go)
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        async with _broker(args) as broker:
+            requests = await broker.store.list(None, max(1, args.limit))
+        _print_requests(requests, args.json, pending=False)
+        return 0
+
+    return _run(go)
+
+
+def _print_requests(requests: list[Any], as_json: bool, pending: bool) -> None:
+    from hitl_mcp.models import iso
+    from hitl_mcp.results import format_duration
+    from hitl_mcp.web.api import request_json
+
+    if as_json:
+        print(json.dumps([request_json(r) for r in requests], indent=2))
+        return
+    if not requests:
+        print("nothing pending" if pending else "no requests yet")
+        return
+    import time
+
+    for r in requests:
+        line = f"{r.id}  {r.kind.value:<12} {r.status.value:<9} {r.text}"
+        if r.choices:
+            line += f"  [{' / '.join(r.choices)}]"
+        print(line)
+        if pending and r.expires_at:
+            print(
+                f"{'':18}expires in {format_duration(r.expires_at - time.time())}, from {r.client_name or '?'}"
+            )
+        elif not pending and r.status.value != "pending":
+            who = f" by {r.responder} via {r.channel}" if r.responder else ""
+            print(f"{'':18}{r.status.value}{who} at {iso(r.closed_at)}")
+
+
+def _resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
+    from hitl_mcp.broker import NotFound, ReplyInvalid
+    from hitl_mcp.models import Reply
+
+    async def go() -> int:
+        async with _broker(args) as broker:
+            request_id = await _find(broker, args.id)
+            if request_id is None:
+                print(f"hitl-mcp: no request matches {args.id!r} (see: hitl-mcp pending)", file=sys.stderr)
+                return 1
+            reply = Reply(channel="cli", responder=f"{getpass.getuser()} (terminal)", **reply_fields)
+            try:
+                verdict = await broker.resolve(request_id, reply)
+            except ReplyInvalid as exc:
+                print(f"hitl-mcp: {exc}", file=sys.stderr)
+                return 1
+            except NotFound as exc:
+                print(f"hitl-mcp: {exc}", file=sys.stderr)
+                return 1
+            if not verdict.won:
+                print(f"hitl-mcp: not recorded: {verdict.reason}", file=sys.stderr)
+                return 1
+            r = verdict.request
+            what = r.answer if r.kind.value == "question" else ("approved" if r.approved else "denied")
+            print(f"{r.id}: {what}")
+            return 0
+
+    return _run(go)
+
+
+async def _find(broker: Any, prefix: str) -> str | None:
+    if await broker.get(prefix) is not None:
+        return prefix
+    if len(prefix) < 4:
+        return None
+    matches = [r.id for r in await broker.store.list(None, 1000) if r.id.startswith(prefix)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def cmd_answer(args: argparse.Namespace) -> int:
+    return _resolve_cmd(args, text=args.text)
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    return _resolve_cmd(args, decision="approve", comment=args.comment)
+
+
+def cmd_deny(args: argparse.Namespace) -> int:
+    return _resolve_cmd(args, decision="deny", comment=args.comment)
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        async with _broker(args) as broker:
+            verdict = await broker.store.verify_audit()
+        if verdict.ok:
+            print(f"audit log intact: {verdict.rows} rows")
+            return 0
+        print(f"audit log BROKEN at row {verdict.bad_seq}: {verdict.reason}", file=sys.stderr)
+        return 1
+
+    return _run(go)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

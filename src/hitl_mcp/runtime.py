@@ -1,0 +1,260 @@
+"""Wiring: config -> store -> broker -> channels -> HTTP app -> the chosen MCP transport.
+
+The store opens in the background: ``initialize`` and ``tools/list`` never wait for it, and the
+first tool call does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import ipaddress
+import logging
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Literal
+
+import anyio
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from hitl_mcp.broker import Broker, Defaults
+from hitl_mcp.channels import channel_module
+from hitl_mcp.channels.base import Channel
+from hitl_mcp.config import Config
+from hitl_mcp.models import Kind
+from hitl_mcp.server import Settings, build_server
+from hitl_mcp.store.sqlite import SqliteStore
+from hitl_mcp.web.api import api_routes, error, healthz
+from hitl_mcp.web.auth import WebAuth, load_web_auth
+
+log = logging.getLogger("hitl_mcp")
+
+Transport = Literal["stdio", "sse", "http"]
+DB_FILE = "hitl.sqlite3"
+
+
+class ConfigRefused(Exception):
+    """The configuration is valid YAML but unsafe or impossible to run."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Runtime:
+    def __init__(self, config: Config, state_dir: Path) -> None:
+        self.config = config
+        self.state_dir = state_dir
+        self._broker: Broker | None = None
+        self._ready = anyio.Event()
+        self._failed: BaseException | None = None
+        web = [name for name, ch in config.channels.items() if ch.type == "web"]
+        self.web_channel = web[0] if web else "api"
+        token = getattr(config.channels[web[0]], "token", None) if web else None
+        self.auth: WebAuth = load_web_auth(token.get_secret_value() if token else None, state_dir)
+
+    async def broker(self) -> Broker:
+        await self._ready.wait()
+        if self._broker is None:
+            raise RuntimeError(f"hitl-mcp could not start its store: {self._failed}")
+        return self._broker
+
+    def settings(self) -> Settings:
+        d = self.config.defaults
+        return Settings(
+            heartbeat_seconds=d.heartbeat_seconds,
+            max_block_seconds=d.max_block_seconds,
+            host_overrides={name: h.budget_seconds for name, h in self.config.hosts.items()},
+        )
+
+    def build_mcp(self) -> MCPServer:
+        return build_server(self.broker, self.settings())
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Open the store, start the channels and the broker's loops; runs until cancelled."""
+        store = SqliteStore(self.state_dir / DB_FILE)
+        channels: list[Channel] = []
+        try:
+            await store.open()
+            d = self.config.defaults
+            broker = Broker(
+                store,
+                {},
+                Defaults(
+                    channels={
+                        Kind.QUESTION: d.ask_user.channels,
+                        Kind.APPROVAL: d.request_approval.channels,
+                        Kind.NOTIFICATION: d.notify_user.channels,
+                    },
+                    timeouts={Kind.QUESTION: d.ask_user.timeout, Kind.APPROVAL: d.request_approval.timeout},
+                ),
+                state_dir=self.state_dir,
+                public_url=self.config.server.public_url,
+            )
+            for name, cfg in self.config.channels.items():
+                channel = channel_module(cfg.type).Channel(name, cfg, broker)
+                await channel.start()
+                channels.append(channel)
+                broker.channels[name] = channel
+            async with anyio.create_task_group() as tg:
+                await tg.start(broker.run)
+                self._broker = broker
+                self._ready.set()
+                task_status.started()
+        except BaseException as exc:
+            self._failed = exc
+            self._ready.set()
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                for channel in reversed(channels):
+                    with contextlib.suppress(Exception):
+                        await channel.close()
+                await store.close()
+
+    def channel_routes(self) -> list[BaseRoute]:
+        """Each channel's webhook routes under ``/webhooks/<name>``; built without the broker."""
+        routes: list[BaseRoute] = []
+        for name, cfg in self.config.channels.items():
+            module = channel_module(cfg.type)
+            if "routes" in module.Channel.__dict__:
+                routes.append(Mount(f"/webhooks/{name}", routes=_LazyRoutes(self, name).routes()))
+        return routes
+
+    def http_app(self, mcp: MCPServer | None, transport: Transport, host: str) -> Starlette:
+        routes: list[BaseRoute] = [Route("/healthz", healthz, methods=["GET"])]
+        routes += api_routes(self.broker, self.auth, self.web_channel)
+        routes += self.channel_routes()
+        lifespan = None
+        if mcp is not None and transport == "http":
+            inner = mcp.streamable_http_app(host=host)
+            routes += [_guard(r, self.auth, host) for r in inner.routes]
+
+            @contextlib.asynccontextmanager
+            async def lifespan(_: Starlette) -> AsyncIterator[None]:
+                async with mcp.session_manager.run():
+                    yield
+
+        elif mcp is not None and transport == "sse":
+            inner = mcp.sse_app(host=host)
+            routes += [_guard(r, self.auth, host) for r in inner.routes]
+        return Starlette(routes=routes, lifespan=lifespan)
+
+
+class _LazyRoutes:
+    """Channel routes are asked of the live channel once the broker is up."""
+
+    def __init__(self, runtime: Runtime, name: str) -> None:
+        self.runtime = runtime
+        self.name = name
+
+    def routes(self) -> list[BaseRoute]:
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            broker = await self.runtime.broker()
+            inner = Starlette(routes=broker.channels[self.name].routes())
+            await inner(scope, receive, send)
+
+        return [Mount("/", app=app)]
+
+
+def _guard(route: BaseRoute, auth: WebAuth, host: str) -> BaseRoute:
+    """Off loopback, MCP itself needs the web token too."""
+    if is_loopback(host):
+        return route
+    inner_app: ASGIApp | None = getattr(route, "app", None)
+    if inner_app is None:
+        return route
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        from starlette.requests import HTTPConnection
+
+        if scope["type"] == "http" and not auth.bearer_ok(HTTPConnection(scope)):
+            await error(401, "missing or wrong bearer token")(scope, receive, send)
+            return
+        await inner_app(scope, receive, send)
+
+    route.app = guarded  # type: ignore[attr-defined]
+    return route
+
+
+def bind(host: str, port: int) -> socket.socket | None:
+    """A listening socket, or None when the port is taken (another instance has it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            return None
+        raise
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve_http(app: Starlette, sock: socket.socket) -> None:
+    config = uvicorn.Config(
+        app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=2
+    )
+    server = uvicorn.Server(config)
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        server.should_exit = True
+
+
+async def serve(config: Config, state_dir: Path, transport: Transport, host: str, port: int) -> None:
+    if not is_loopback(host) and not _token_configured(config):
+        raise ConfigRefused(
+            f"refusing to listen on {host}: off loopback, set a web token first "
+            "(channels.<web>.token in the config, or $HITL_WEB_TOKEN)"
+        )
+    runtime = Runtime(config, state_dir)
+    mcp = runtime.build_mcp()
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runtime.run)
+        sock = bind(host, port)
+        if sock is None:
+            if transport != "stdio":
+                raise ConfigRefused(f"port {port} on {host} is already in use")
+            log.warning(
+                "hitl-mcp: %s is taken (another hitl-mcp?); running without the inbox, sharing %s",
+                url,
+                state_dir,
+            )
+        else:
+            app = runtime.http_app(mcp if transport != "stdio" else None, transport, host)
+            log.warning("hitl-mcp: inbox at %s/login?token=<token> (token: %s)", url, runtime.auth.source)
+            if transport == "http":
+                log.warning("hitl-mcp: MCP (streamable HTTP) at %s/mcp", url)
+            elif transport == "sse":
+                log.warning("hitl-mcp: MCP (SSE) at %s/sse", url)
+        if transport == "stdio":
+            if sock is not None:
+                tg.start_soon(serve_http, app, sock)
+            await mcp.run_stdio_async()
+            tg.cancel_scope.cancel()
+        else:
+            assert sock is not None
+            await serve_http(app, sock)
+            tg.cancel_scope.cancel()
+
+
+def _token_configured(config: Config) -> bool:
+    import os
+
+    tokens = [getattr(c, "token", None) for c in config.channels.values() if c.type == "web"]
+    return any(tokens) or bool(os.environ.get("HITL_WEB_TOKEN"))

@@ -1,0 +1,316 @@
+"""The MCP surface: five tools, each a thin call into the broker.
+
+A call blocks at most the host's budget (see ``hosts.py``), sends ``notifications/progress`` every
+``heartbeat_seconds`` when the client sent a progress token, then returns ``status: pending``.
+The request outlives the call: ``wait_for_response`` picks it up later.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field
+
+from hitl_mcp import __version__
+from hitl_mcp.broker import AskSpec, Broker, BrokerError
+from hitl_mcp.hosts import host_budget
+from hitl_mcp.models import Kind, NotifyResult, Outcome, Request
+from hitl_mcp.results import describe, format_duration, to_outcome
+
+log = logging.getLogger("hitl_mcp.server")
+
+INSTRUCTIONS = """\
+Tools to reach a person. ask_user asks a question, request_approval asks before a risky action,
+notify_user tells them something without waiting. A call waits for a while and may return
+status "pending": that is normal. The person still has the request; call wait_for_response with
+its request_id to keep waiting, and never ask the same thing again. An approval is given only
+when approved is true; an expired or cancelled approval is a no.
+"""
+
+ProcessSession = uuid.uuid4().hex
+
+Text = Annotated[str, Field(min_length=1, max_length=4000)]
+ChannelList = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=32)]] | None,
+    Field(
+        min_length=1,
+        max_length=10,
+        description="Channel names from the server's config to send to; omit for the configured defaults.",
+    ),
+]
+WaitSeconds = Annotated[
+    float | None,
+    Field(
+        ge=0,
+        le=86400,
+        description="Wait at most this long in this call (clamped to what the host allows; 0 returns at once).",
+    ),
+]
+TimeoutSeconds = Annotated[
+    float | None,
+    Field(
+        ge=1,
+        le=30 * 86400,
+        description="How long the person has to answer before the request expires (default from config).",
+    ),
+]
+IdempotencyKey = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[\x21-\x7e]+$",
+        description="Your own key for this request: repeating a call with the same key re-attaches to it "
+        "instead of asking the person twice.",
+    ),
+]
+RequestId = Annotated[str, Field(min_length=1, max_length=64, description="The request_id a call returned.")]
+OutcomeResult = Annotated[CallToolResult, Outcome]
+
+
+class Settings:
+    """What the tools need besides the broker."""
+
+    def __init__(
+        self,
+        heartbeat_seconds: float = 10.0,
+        max_block_seconds: float | None = None,
+        host_overrides: dict[str, float] | None = None,
+    ) -> None:
+        self.heartbeat_seconds = heartbeat_seconds
+        self.max_block_seconds = max_block_seconds
+        self.host_overrides = host_overrides or {}
+
+
+def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings) -> MCPServer:
+    """The MCP server; ``get_broker`` returns the broker once the store is open."""
+    mcp = MCPServer("hitl-mcp", instructions=INSTRUCTIONS, version=__version__)
+
+    async def waited(ctx: Context, request: Request, wait_seconds: float | None) -> CallToolResult:
+        broker = await get_broker()
+        budget = host_budget(client_name(ctx), settings.host_overrides)
+        if settings.max_block_seconds is not None:
+            budget = min(budget, settings.max_block_seconds)
+        if wait_seconds is not None:
+            budget = min(budget, wait_seconds)
+        via = ", ".join(request.channels)
+
+        async def tick(elapsed: float) -> None:
+            await ctx.report_progress(
+                elapsed, None, f"waiting for a reply via {via} — {format_duration(elapsed)}"
+            )
+
+        started = anyio.current_time()
+        try:
+            if request.is_open and budget > 0:
+                await tick(0.0)
+            request = await broker.wait(request.id, budget, tick, settings.heartbeat_seconds)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await broker.caller_left(request.id, client_name(ctx), anyio.current_time() - started)
+            raise
+        outcome = to_outcome(request, anyio.current_time() - started)
+        return result(outcome, request)
+
+    async def asking(ctx: Context, spec: AskSpec, wait_seconds: float | None) -> CallToolResult:
+        broker = await get_broker()
+        spec.session_key = session_key(ctx)
+        spec.client_name = client_name(ctx)
+        try:
+            request, _ = await broker.ask(spec)
+        except BrokerError as exc:
+            raise ToolError(str(exc)) from None
+        return await waited(ctx, request, wait_seconds)
+
+    @mcp.tool(
+        annotations=ToolAnnotations(title="Ask the user", read_only_hint=False, open_world_hint=True),
+    )
+    async def ask_user(
+        question: Annotated[str, Field(min_length=1, max_length=4000, description="The question, in full.")],
+        ctx: Context,
+        choices: Annotated[
+            list[Annotated[str, Field(min_length=1, max_length=200)]] | None,
+            Field(min_length=2, max_length=20, description="Answers to pick from, when there are a few."),
+        ] = None,
+        allow_free_text: Annotated[
+            bool | None,
+            Field(
+                description="Whether a typed answer is accepted besides the choices (default: only when "
+                "there are no choices)."
+            ),
+        ] = None,
+        context: Annotated[
+            str | None, Field(max_length=8000, description="Background the person needs to answer.")
+        ] = None,
+        channels: ChannelList = None,
+        wait_seconds: WaitSeconds = None,
+        timeout_seconds: TimeoutSeconds = None,
+        default_answer: Annotated[
+            str | None,
+            Field(max_length=4000, description="The answer that applies if nobody replies in time."),
+        ] = None,
+        idempotency_key: IdempotencyKey = None,
+    ) -> OutcomeResult:
+        """Ask the person a question and wait for the answer. Returns status "pending" if no answer
+        came within this call: then call wait_for_response with the request_id; do not ask again."""
+        if choices is not None and len(set(choices)) != len(choices):
+            raise ToolError("choices: each choice must be different")
+        spec = AskSpec(
+            kind=Kind.QUESTION,
+            text=question,
+            context=context,
+            choices=choices,
+            allow_free_text=allow_free_text,
+            default_answer=default_answer,
+            channels=channels,
+            timeout_seconds=timeout_seconds,
+            idempotency_key=idempotency_key,
+        )
+        return await asking(ctx, spec, wait_seconds)
+
+    @mcp.tool(
+        annotations=ToolAnnotations(title="Request approval", read_only_hint=False, open_world_hint=True),
+    )
+    async def request_approval(
+        action: Annotated[
+            str, Field(min_length=1, max_length=4000, description="The action you want to take, in one line.")
+        ],
+        ctx: Context,
+        details: Annotated[
+            str | None, Field(max_length=16000, description="What it does and why, what could go wrong.")
+        ] = None,
+        payload: Annotated[
+            Any,
+            Field(
+                description="The exact action as JSON (command, arguments, diff). Its SHA-256 is returned "
+                "with the decision: do exactly this if approved."
+            ),
+        ] = None,
+        risk: Annotated[
+            Literal["low", "medium", "high"] | None, Field(description="How risky it is.")
+        ] = None,
+        channels: ChannelList = None,
+        wait_seconds: WaitSeconds = None,
+        timeout_seconds: TimeoutSeconds = None,
+        idempotency_key: IdempotencyKey = None,
+    ) -> OutcomeResult:
+        """Ask the person to approve an action before you take it, and wait for the decision.
+        Only approved=true is an approval; a denial, expiry or cancellation means do not do it.
+        Returns status "pending" if no decision came within this call: then call
+        wait_for_response with the request_id; do not ask again."""
+        if payload is not None and len(_json_size(payload)) > 64_000:
+            raise ToolError("payload: at most 64,000 characters of JSON")
+        spec = AskSpec(
+            kind=Kind.APPROVAL,
+            text=action,
+            details=details,
+            payload=payload,
+            risk=risk,
+            channels=channels,
+            timeout_seconds=timeout_seconds,
+            idempotency_key=idempotency_key,
+        )
+        return await asking(ctx, spec, wait_seconds)
+
+    @mcp.tool(
+        annotations=ToolAnnotations(title="Notify the user", read_only_hint=False, open_world_hint=True),
+    )
+    async def notify_user(
+        message: Annotated[str, Field(min_length=1, max_length=4000, description="What to tell the person.")],
+        ctx: Context,
+        title: Annotated[str | None, Field(max_length=200, description="A short title.")] = None,
+        level: Annotated[
+            Literal["info", "success", "warning", "error"], Field(description="How it should look.")
+        ] = "info",
+        channels: ChannelList = None,
+    ) -> NotifyResult:
+        """Tell the person something; does not wait for a reply. Reports which channels took it."""
+        broker = await get_broker()
+        spec = AskSpec(
+            kind=Kind.NOTIFICATION,
+            text=message,
+            title=title,
+            level=level,
+            channels=channels,
+            session_key=session_key(ctx),
+            client_name=client_name(ctx),
+        )
+        try:
+            return await broker.notify(spec)
+        except BrokerError as exc:
+            raise ToolError(str(exc)) from None
+
+    @mcp.tool(annotations=ToolAnnotations(title="Wait for a response", read_only_hint=True))
+    async def wait_for_response(
+        request_id: RequestId,
+        ctx: Context,
+        wait_seconds: WaitSeconds = None,
+    ) -> OutcomeResult:
+        """Keep waiting for the answer to an earlier ask_user or request_approval that returned
+        "pending". Returns at once if it has been answered, expired or cancelled meanwhile."""
+        broker = await get_broker()
+        request = await broker.get(request_id)
+        if request is None or request.kind == Kind.NOTIFICATION:
+            raise ToolError(f"request_id: no question or approval with id {request_id!r}")
+        return await waited(ctx, request, wait_seconds)
+
+    @mcp.tool(
+        annotations=ToolAnnotations(title="Cancel a request", read_only_hint=False, destructive_hint=False),
+    )
+    async def cancel_request(
+        request_id: RequestId,
+        ctx: Context,
+        reason: Annotated[
+            str | None, Field(max_length=1000, description="Why it is no longer needed.")
+        ] = None,
+    ) -> OutcomeResult:
+        """Withdraw a pending request you no longer need; it is retracted on every channel.
+        A request already answered or expired stays as it was, and that is returned."""
+        broker = await get_broker()
+        try:
+            request = await broker.cancel(request_id, reason, client_name(ctx) or "agent")
+        except BrokerError as exc:
+            raise ToolError(f"request_id: {exc}") from None
+        return result(to_outcome(request, 0.0), request)
+
+    return mcp
+
+
+def result(outcome: Outcome, request: Request) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text=describe(outcome, request))],
+        structured_content=outcome.model_dump(mode="json"),
+    )
+
+
+def _json_size(payload: Any) -> str:
+    from hitl_mcp.models import canonical_json
+
+    try:
+        return canonical_json(payload)
+    except (TypeError, ValueError) as exc:
+        raise ToolError(f"payload: not JSON ({exc})") from None
+
+
+def client_name(ctx: Context) -> str | None:
+    params = ctx.session.client_params
+    return params.client_info.name if params is not None else None
+
+
+def session_key(ctx: Context) -> str:
+    """Which MCP session a call belongs to: the connection, else the HTTP session, else the process."""
+    connection = getattr(ctx.session, "_connection", None)
+    state = getattr(connection, "state", None)
+    if isinstance(state, dict):
+        return "conn:" + state.setdefault("hitl_session", uuid.uuid4().hex)
+    headers = ctx.headers
+    if headers is not None and headers.get("mcp-session-id"):
+        return "http:" + headers["mcp-session-id"]
+    return "proc:" + ProcessSession

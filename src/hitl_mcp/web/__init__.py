@@ -1,0 +1,1 @@
+"""The one Starlette app: JSON API, inbox page, webhook routes and, over HTTP, MCP itself."""

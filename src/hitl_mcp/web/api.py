@@ -1,0 +1,209 @@
+"""The JSON API and the minimal inbox page.
+
+``GET /api/requests``, ``GET /api/requests/{id}``, ``POST /api/requests/{id}/reply``, ``GET /``,
+``GET /login``. Every route but ``/healthz`` needs the web token; a request without it changes
+nothing. Status codes: 401 no credentials, 404 unknown id, 409 no longer pending (the body says
+who answered, how and when), 422 a reply that does not fit the request.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request as HttpRequest
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from hitl_mcp import __version__
+from hitl_mcp.broker import Broker, NotFound, ReplyInvalid
+from hitl_mcp.models import Kind, Reply, Request, Status, iso
+from hitl_mcp.results import to_outcome
+from hitl_mcp.web.auth import COOKIE, WebAuth
+
+MAX_BODY = 64 * 1024
+REPLY_FIELDS = {"text": 8000, "choice": 200, "decision": 10, "comment": 4000}
+WEB_RESPONDER = "web inbox user"
+
+GetBroker = Callable[[], Awaitable[Broker]]
+
+
+def error(code: int, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": message, **extra}, status_code=code)
+
+
+def request_json(request: Request) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": request.id,
+        "kind": request.kind.value,
+        "status": request.status.value,
+        "text": request.text,
+        "title": request.title,
+        "details": request.details,
+        "context": request.context,
+        "choices": request.choices,
+        "allow_free_text": request.allow_free_text,
+        "payload": request.payload,
+        "payload_sha256": request.payload_sha256,
+        "risk": request.risk,
+        "level": request.level,
+        "channels": request.channels,
+        "client_name": request.client_name,
+        "created_at": iso(request.created_at),
+        "expires_at": iso(request.expires_at),
+    }
+    if request.kind != Kind.NOTIFICATION:
+        data["outcome"] = to_outcome(request, 0.0).model_dump(mode="json", exclude={"waited_seconds"})
+    return data
+
+
+def api_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[Route]:
+    async def list_requests(http: HttpRequest) -> Response:
+        if not auth.can_read(http):
+            return error(401, "missing or wrong web token")
+        status_arg = http.query_params.get("status")
+        status = None
+        if status_arg:
+            try:
+                status = Status(status_arg)
+            except ValueError:
+                valid = ", ".join(s.value for s in Status)
+                return error(422, f"status must be one of: {valid}")
+        try:
+            limit = int(http.query_params.get("limit", "100"))
+        except ValueError:
+            return error(422, "limit must be a whole number")
+        if not 1 <= limit <= 1000:
+            return error(422, "limit must be between 1 and 1000")
+        broker = await get_broker()
+        requests = await broker.store.list(status, limit)
+        return JSONResponse({"requests": [request_json(r) for r in requests]})
+
+    async def show_request(http: HttpRequest) -> Response:
+        if not auth.can_read(http):
+            return error(401, "missing or wrong web token")
+        broker = await get_broker()
+        request = await broker.get(http.path_params["id"])
+        if request is None:
+            return error(404, "no such request")
+        data = request_json(request)
+        data["deliveries"] = [
+            {
+                "channel": d.channel,
+                "action": d.action,
+                "status": d.status,
+                "attempts": d.attempts,
+                "error": d.error,
+                "at": iso(d.updated_at),
+            }
+            for d in await broker.store.deliveries(request.id)
+        ]
+        data["replies"] = [
+            {
+                "channel": r.channel,
+                "responder": r.responder,
+                "text": r.text,
+                "choice": r.choice,
+                "decision": r.decision,
+                "comment": r.comment,
+                "at": iso(r.received_at),
+                "won": r.won,
+                "reason": r.reason,
+            }
+            for r in await broker.store.replies(request.id)
+        ]
+        data["audit"] = [
+            {"seq": a.seq, "at": iso(a.at), "event": a.event, "actor": a.actor, "data": a.data}
+            for a in await broker.store.audit(request.id)
+        ]
+        return JSONResponse(data)
+
+    async def reply(http: HttpRequest) -> Response:
+        if not auth.can_write(http):
+            return error(401, "missing or wrong web token")
+        body = await http.body()
+        if len(body) > MAX_BODY:
+            return error(413, f"the body is larger than {MAX_BODY} bytes")
+        try:
+            data = json.loads(body or b"null")
+        except (ValueError, UnicodeDecodeError):
+            return error(400, "the body is not valid JSON")
+        if not isinstance(data, dict):
+            return error(422, 'the body must be a JSON object such as {"text": "..."}')
+        unknown = sorted(set(data) - set(REPLY_FIELDS))
+        if unknown:
+            return error(422, f"unknown field {', '.join(unknown)}; valid fields: {', '.join(REPLY_FIELDS)}")
+        for name, limit in REPLY_FIELDS.items():
+            value = data.get(name)
+            if value is not None and not isinstance(value, str):
+                return error(422, f"{name} must be a string")
+            if value is not None and len(value) > limit:
+                return error(422, f"{name} is longer than {limit} characters")
+        if data.get("decision") is not None and data["decision"] not in ("approve", "deny"):
+            return error(422, "decision must be approve or deny")
+        broker = await get_broker()
+        reply = Reply(channel=web_channel, responder=WEB_RESPONDER, **{k: data.get(k) for k in REPLY_FIELDS})
+        try:
+            verdict = await broker.resolve(http.path_params["id"], reply)
+        except NotFound:
+            return error(404, "no such request")
+        except ReplyInvalid as exc:
+            return error(422, str(exc))
+        outcome = request_json(verdict.request)
+        if not verdict.won:
+            settled = verdict.request
+            return error(
+                409,
+                verdict.reason,
+                status=settled.status.value,
+                responder=settled.responder,
+                channel=settled.channel,
+                at=iso(settled.closed_at),
+                request=outcome,
+            )
+        return JSONResponse({"ok": True, "request": outcome})
+
+    async def inbox(http: HttpRequest) -> Response:
+        if not auth.can_read(http):
+            return HTMLResponse(
+                _page("Sign in", "<p>Open the login link the server printed at start.</p>"), 401
+            )
+        broker = await get_broker()
+        pending = await broker.store.list(Status.PENDING, 200)
+        items = "".join(
+            f'<li data-id="{r.id}"><strong>{html.escape(r.kind.value)}</strong> '
+            f"{html.escape(r.text)}<br><small>{html.escape(r.client_name or 'agent')} · "
+            f"via {html.escape(', '.join(r.channels))} · id {r.id}</small></li>"
+            for r in pending
+        )
+        body = f"<h1>Pending ({len(pending)})</h1><ul>{items or '<li>Nothing is waiting for you.</li>'}</ul>"
+        return HTMLResponse(_page(f"({len(pending)}) hitl-mcp inbox", body))
+
+    async def login(http: HttpRequest) -> Response:
+        if not auth.check_token(http.query_params.get("token")):
+            return HTMLResponse(_page("Sign in", "<p>That login link is not valid.</p>"), 401)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(COOKIE, auth.session_cookie, httponly=True, samesite="strict", path="/")
+        return response
+
+    return [
+        Route("/", inbox, methods=["GET"]),
+        Route("/login", login, methods=["GET"]),
+        Route("/api/requests", list_requests, methods=["GET"]),
+        Route("/api/requests/{id}", show_request, methods=["GET"]),
+        Route("/api/requests/{id}/reply", reply, methods=["POST"]),
+    ]
+
+
+async def healthz(_: HttpRequest) -> Response:
+    return JSONResponse({"status": "ok", "version": __version__})
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title></head><body>{body}</body></html>"
+    )
