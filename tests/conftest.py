@@ -100,3 +100,55 @@ PYTHON = sys.executable
 def errlog(tmp_path: Path) -> Iterator[Any]:
     with open(tmp_path / "server.stderr", "w+") as fh:
         yield fh
+
+
+class ServerProcess:
+    """A ``hitl-mcp serve`` subprocess whose stderr we read line by line."""
+
+    def __init__(self, process: anyio.abc.Process) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self._new_line = anyio.Event()
+
+    async def _drain(self) -> None:
+        assert self.process.stderr is not None
+        buffer = b""
+        async for chunk in self.process.stderr:
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                self.lines.append(line.decode(errors="replace"))
+                self._new_line.set()
+                self._new_line = anyio.Event()
+        self._new_line.set()
+
+    async def wait_for_line(self, needle: str, timeout: float = 20) -> str:
+        with anyio.fail_after(timeout):
+            while True:
+                for line in self.lines:
+                    if needle in line:
+                        return line
+                if self.process.returncode is not None:
+                    raise AssertionError(f"server exited: {self.lines}")
+                await self._new_line.wait()
+
+
+@contextlib.asynccontextmanager
+async def server_process(args: list[str], env: dict[str, str], ready: str = "inbox at") -> AsyncIterator[ServerProcess]:
+    async with await anyio.open_process(
+        [PYTHON, *args], env=env, stdin=-1, stdout=-1, stderr=-1, cwd=str(ROOT)
+    ) as process:
+        server = ServerProcess(process)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server._drain)
+            try:
+                await server.wait_for_line(ready)
+                yield server
+            finally:
+                if process.returncode is None:
+                    process.terminate()
+                with anyio.move_on_after(10):
+                    await process.wait()
+                if process.returncode is None:
+                    process.kill()
+                tg.cancel_scope.cancel()

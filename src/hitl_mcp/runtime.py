@@ -224,12 +224,12 @@ async def serve(config: Config, state_dir: Path, transport: Transport, host: str
     runtime = Runtime(config, state_dir)
     mcp = runtime.build_mcp()
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    sock = bind(host, port)
+    if sock is None and transport != "stdio":
+        raise ConfigRefused(f"port {port} on {host} is already in use")
     async with anyio.create_task_group() as tg:
         tg.start_soon(runtime.run)
-        sock = bind(host, port)
         if sock is None:
-            if transport != "stdio":
-                raise ConfigRefused(f"port {port} on {host} is already in use")
             log.warning(
                 "hitl-mcp: %s is taken (another hitl-mcp?); running without the inbox, sharing %s",
                 url,

@@ -1,0 +1,126 @@
+"""The server as hosts run it: a real subprocess over stdio, SSE and streamable HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.sse import sse_client
+
+from tests.conftest import (
+    PYTHON,
+    TOKEN,
+    free_port,
+    serve_args,
+    server_env,
+    server_process,
+    write_config,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def sc(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    return result.structured_content
+
+
+async def reply(port: int, request_id: str, body: dict[str, Any]) -> httpx2.Response:
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        return await http.post(f"http://127.0.0.1:{port}/api/requests/{request_id}/reply", json=body)
+
+
+async def ask_reply_wait(client: Client, port: int) -> None:
+    """ask -> pending -> reply over HTTP -> wait_for_response returns it; then a blocking call with progress."""
+    first = sc(await client.call_tool("ask_user", {"question": "Colour?", "wait_seconds": 0}))
+    assert first["status"] == "pending"
+    assert (await reply(port, first["request_id"], {"text": "blue"})).status_code == 200
+    done = sc(await client.call_tool("wait_for_response", {"request_id": first["request_id"], "wait_seconds": 10}))
+    assert done["status"] == "answered" and done["answer"] == "blue"
+
+    ticks: list[str | None] = []
+    ticked = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        ticks.append(message)
+        if progress >= 1:
+            ticked.set()
+
+    out: dict[str, Any] = {}
+
+    async def call() -> None:
+        out.update(
+            sc(
+                await client.call_tool(
+                    "request_approval",
+                    {"action": "Deploy", "payload": {"tag": "v2"}, "wait_seconds": 30},
+                    progress_callback=on_progress,
+                )
+            )
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await ticked.wait()
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+            listed = (await http.get(f"http://127.0.0.1:{port}/api/requests?status=pending")).json()["requests"]
+        assert [r["kind"] for r in listed] == ["approval"]
+        assert (await reply(port, listed[0]["id"], {"decision": "approve"})).status_code == 200
+    assert out["approved"] is True and out["status"] == "answered"
+    assert any(m and "waiting for a reply via web" in m for m in ticks)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_stdio_subprocess(tmp_path: Path, state_dir: Path, mode: str) -> None:
+    port = free_port()
+    config = write_config(tmp_path / "hitl.yaml", port)
+    params = StdioServerParameters(command=PYTHON, args=serve_args(config), env=server_env(state_dir))
+    with open(tmp_path / "stderr.txt", "w") as errlog:
+        from mcp.client.stdio import stdio_client
+
+        async with Client(stdio_client(params, errlog=errlog), mode=mode) as client:
+            await ask_reply_wait(client, port)
+    assert "inbox at" in (tmp_path / "stderr.txt").read_text()
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_streamable_http(tmp_path: Path, state_dir: Path, mode: str) -> None:
+    port = free_port()
+    config = write_config(tmp_path / "hitl.yaml", port)
+    async with server_process(serve_args(config, "--transport", "http"), server_env(state_dir)):
+        async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as client:
+            await ask_reply_wait(client, port)
+
+
+async def test_sse(tmp_path: Path, state_dir: Path) -> None:
+    port = free_port()
+    config = write_config(tmp_path / "hitl.yaml", port)
+    async with server_process(serve_args(config, "--transport", "sse"), server_env(state_dir)):
+        async with Client(sse_client(f"http://127.0.0.1:{port}/sse"), mode="legacy") as client:
+            await ask_reply_wait(client, port)
+
+
+async def test_port_taken_by_another_process_fails_http_transport(tmp_path: Path, state_dir: Path) -> None:
+    port = free_port()
+    config = write_config(tmp_path / "hitl.yaml", port)
+    async with server_process(serve_args(config, "--transport", "http"), server_env(state_dir)):
+        second = await anyio.run_process(
+            [PYTHON, *serve_args(config, "--transport", "http")], env=server_env(state_dir), check=False
+        )
+    assert second.returncode == 2
+    assert b"already in use" in second.stderr
+
+
+async def test_refuses_non_loopback_without_token(tmp_path: Path, state_dir: Path) -> None:
+    config = write_config(tmp_path / "hitl.yaml", free_port())
+    env = server_env(state_dir)
+    del env["HITL_WEB_TOKEN"]
+    result = await anyio.run_process(
+        [PYTHON, *serve_args(config, "--transport", "http", "--host", "0.0.0.0")], env=env, check=False
+    )
+    assert result.returncode == 2
+    assert b"refusing to listen on 0.0.0.0" in result.stderr
