@@ -122,8 +122,8 @@ class ServerProcess:
                 self._new_line = anyio.Event()
         self._new_line.set()
 
-    async def wait_for_line(self, needle: str, timeout: float = 20) -> str:
-        with anyio.fail_after(timeout):
+    async def wait_for_line(self, needle: str) -> str:
+        with anyio.fail_after(20):
             while True:
                 for line in self.lines:
                     if needle in line:
@@ -134,7 +134,9 @@ class ServerProcess:
 
 
 @contextlib.asynccontextmanager
-async def server_process(args: list[str], env: dict[str, str], ready: str = "inbox at") -> AsyncIterator[ServerProcess]:
+async def server_process(
+    args: list[str], env: dict[str, str], ready: str = "inbox at"
+) -> AsyncIterator[ServerProcess]:
     async with await anyio.open_process(
         [PYTHON, *args], env=env, stdin=-1, stdout=-1, stderr=-1, cwd=str(ROOT)
     ) as process:

@@ -45,7 +45,9 @@ async def test_without_valid_token_nothing_changes(state_dir: Path, header: str 
 async def test_login_sets_cookie_and_cookie_alone_cannot_write(state_dir: Path) -> None:
     async with running(state_dir) as rt:
         app = rt.http_app(None, "stdio", "127.0.0.1")
-        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1") as web:
+        async with httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1"
+        ) as web:
             bad = await web.get("/login", params={"token": "nope"})
             assert bad.status_code == 401
             r = await web.get("/login", params={"token": TOKEN})

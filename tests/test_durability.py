@@ -26,7 +26,9 @@ def sc(result: Any) -> dict[str, Any]:
 
 async def cli(state_dir: Path, *args: str) -> tuple[int, str, str]:
     result = await anyio.run_process(
-        [PYTHON, "-m", "hitl_mcp", *args, "--state-dir", str(state_dir)], env=server_env(state_dir), check=False
+        [PYTHON, "-m", "hitl_mcp", *args, "--state-dir", str(state_dir)],
+        env=server_env(state_dir),
+        check=False,
     )
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
@@ -49,7 +51,9 @@ async def test_two_processes_share_one_database(tmp_path: Path, state_dir: Path)
                     out.update(
                         sc(
                             await b.call_tool(
-                                "ask_user", {"question": "From B?", "wait_seconds": 30}, progress_callback=on_progress
+                                "ask_user",
+                                {"question": "From B?", "wait_seconds": 30},
+                                progress_callback=on_progress,
                             )
                         )
                     )
@@ -75,7 +79,11 @@ async def test_sigkill_and_restart_loses_nothing(tmp_path: Path, state_dir: Path
         async with Client(f"{url}/mcp", mode="legacy") as client:
             ids = []
             for i in range(10):
-                tool, args = ("ask_user", {"question": f"Q{i}?"}) if i % 2 else ("request_approval", {"action": f"A{i}"})
+                tool, args = (
+                    ("ask_user", {"question": f"Q{i}?"})
+                    if i % 2
+                    else ("request_approval", {"action": f"A{i}"})
+                )
                 ids.append(sc(await client.call_tool(tool, {**args, "wait_seconds": 0}))["request_id"])
         async with httpx2.AsyncClient(headers=headers) as http:
             for rid in ids[:3]:
@@ -101,7 +109,9 @@ async def test_sigkill_and_restart_loses_nothing(tmp_path: Path, state_dir: Path
     code, out, err = await cli(state_dir, "audit", "verify")
     assert code == 0, err
     db = sqlite3.connect(state_dir / "hitl.sqlite3")
-    winners = db.execute("SELECT request_id, COUNT(*) FROM replies WHERE won = 1 GROUP BY request_id").fetchall()
+    winners = db.execute(
+        "SELECT request_id, COUNT(*) FROM replies WHERE won = 1 GROUP BY request_id"
+    ).fetchall()
     assert sorted(winners) == sorted((rid, 1) for rid in ids)
 
 
@@ -111,7 +121,9 @@ async def test_cli_answers_a_waiting_call_and_reports(tmp_path: Path, state_dir:
     params = StdioServerParameters(command=PYTHON, args=serve_args(config), env=server_env(state_dir))
     with open(tmp_path / "err", "w") as errlog:
         async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
-            approval = sc(await client.call_tool("request_approval", {"action": "Rotate keys", "wait_seconds": 0}))
+            approval = sc(
+                await client.call_tool("request_approval", {"action": "Rotate keys", "wait_seconds": 0})
+            )
             code, out, _ = await cli(state_dir, "pending")
             assert code == 0 and "Rotate keys" in out and approval["request_id"] in out
 
@@ -143,7 +155,11 @@ async def test_cli_answers_a_waiting_call_and_reports(tmp_path: Path, state_dir:
                 assert code == 1 and "pick one of the choices" in err
                 code, out, err = await cli(state_dir, "answer", question["id"][:6], "Staging")
                 assert code == 0, err
-            assert result["status"] == "answered" and result["choice"] == "staging" and result["channel"] == "cli"
+            assert (
+                result["status"] == "answered"
+                and result["choice"] == "staging"
+                and result["channel"] == "cli"
+            )
 
             code, _, err = await cli(state_dir, "deny", approval["request_id"], "--comment", "not now")
             assert code == 0, err

@@ -77,8 +77,12 @@ async def test_approval_expiry_is_never_approval(state_dir: Path, mode: str) -> 
         out = sc(
             await client.call_tool(
                 "request_approval",
-                {"action": "Drop table users", "payload": {"sql": "DROP TABLE users"}, "timeout_seconds": 1,
-                 "wait_seconds": 10},
+                {
+                    "action": "Drop table users",
+                    "payload": {"sql": "DROP TABLE users"},
+                    "timeout_seconds": 1,
+                    "wait_seconds": 10,
+                },
             )
         )
         assert out["status"] == "expired"
@@ -103,10 +107,15 @@ async def test_expired_question_gives_default_answer(state_dir: Path) -> None:
 
 
 async def test_approval_answered_carries_payload_hash(state_dir: Path) -> None:
-    async with running(state_dir) as rt, Client(rt.build_mcp(), mode="legacy") as client, api_client(rt) as api:
+    async with (
+        running(state_dir) as rt,
+        Client(rt.build_mcp(), mode="legacy") as client,
+        api_client(rt) as api,
+    ):
         first = sc(
             await client.call_tool(
-                "request_approval", {"action": "Deploy", "payload": {"v": 2}, "risk": "high", "wait_seconds": 0}
+                "request_approval",
+                {"action": "Deploy", "payload": {"v": 2}, "risk": "high", "wait_seconds": 0},
             )
         )
         bad = await api.post(f"/api/requests/{first['request_id']}/reply", json={"text": "yes"})
@@ -147,9 +156,15 @@ async def test_same_question_same_session_reattaches(state_dir: Path) -> None:
 
 
 async def test_cancel_then_reply_gets_409(state_dir: Path) -> None:
-    async with running(state_dir) as rt, Client(rt.build_mcp(), mode="legacy") as client, api_client(rt) as api:
+    async with (
+        running(state_dir) as rt,
+        Client(rt.build_mcp(), mode="legacy") as client,
+        api_client(rt) as api,
+    ):
         first = sc(await client.call_tool("request_approval", {"action": "Reboot", "wait_seconds": 0}))
-        cancelled = sc(await client.call_tool("cancel_request", {"request_id": first["request_id"], "reason": "moot"}))
+        cancelled = sc(
+            await client.call_tool("cancel_request", {"request_id": first["request_id"], "reason": "moot"})
+        )
         assert cancelled["status"] == "cancelled" and cancelled["approved"] is False
         late = await api.post(f"/api/requests/{first['request_id']}/reply", json={"decision": "approve"})
         assert late.status_code == 409
@@ -161,15 +176,16 @@ async def test_cancel_then_reply_gets_409(state_dir: Path) -> None:
 async def test_host_cancellation_leaves_request_answerable(state_dir: Path) -> None:
     async with running(state_dir) as rt, api_client(rt) as api:
         mcp = rt.build_mcp()
+        broker = await rt.broker()
+        left = anyio.Event()
+        broker.listen(lambda request_id, event: left.set() if event == "caller_left" else None)
         async with Client(mcp, mode="legacy", read_timeout_seconds=0.5) as client:
             with pytest.raises(MCPError):
                 await client.call_tool("ask_user", {"question": "Still there?", "wait_seconds": 30})
-        broker = await rt.broker()
+        with anyio.fail_after(5):
+            await left.wait()
         (request,) = await broker.store.list()
         assert request.status == Status.PENDING
-        with anyio.fail_after(5):
-            while "caller_left" not in [a.event for a in await broker.store.audit(request.id)]:
-                await anyio.sleep(0.05)
         await api.post(f"/api/requests/{request.id}/reply", json={"text": "yes"})
         async with Client(mcp, mode="legacy") as client:
             out = sc(await client.call_tool("wait_for_response", {"request_id": request.id}))
@@ -177,7 +193,11 @@ async def test_host_cancellation_leaves_request_answerable(state_dir: Path) -> N
 
 
 async def test_notify_user_reports_per_channel(state_dir: Path) -> None:
-    async with running(state_dir) as rt, Client(rt.build_mcp(), mode="legacy") as client, api_client(rt) as api:
+    async with (
+        running(state_dir) as rt,
+        Client(rt.build_mcp(), mode="legacy") as client,
+        api_client(rt) as api,
+    ):
         out = sc(await client.call_tool("notify_user", {"message": "Build finished", "level": "success"}))
         assert out["delivered"] == ["web"] and out["failed"] == []
         reply = await api.post(f"/api/requests/{out['request_id']}/reply", json={"text": "thanks"})
@@ -210,7 +230,9 @@ async def test_notify_user_reports_per_channel(state_dir: Path) -> None:
         ("cancel_request", {"request_id": "nope"}, "request_id"),
     ],
 )
-async def test_bad_arguments_name_the_argument(state_dir: Path, tool: str, args: dict[str, Any], needle: str) -> None:
+async def test_bad_arguments_name_the_argument(
+    state_dir: Path, tool: str, args: dict[str, Any], needle: str
+) -> None:
     async with running(state_dir) as rt, Client(rt.build_mcp(), mode="legacy") as client:
         result = await client.call_tool(tool, args)
         assert result.is_error
@@ -222,7 +244,13 @@ async def test_bad_arguments_name_the_argument(state_dir: Path, tool: str, args:
 async def test_tools_list_has_described_inputs_and_outcome_schema(state_dir: Path) -> None:
     async with running(state_dir) as rt, Client(rt.build_mcp(), mode="legacy") as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        assert set(tools) == {"ask_user", "request_approval", "notify_user", "wait_for_response", "cancel_request"}
+        assert set(tools) == {
+            "ask_user",
+            "request_approval",
+            "notify_user",
+            "wait_for_response",
+            "cancel_request",
+        }
         for tool in tools.values():
             assert tool.description
             for name, prop in tool.input_schema["properties"].items():

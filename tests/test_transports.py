@@ -35,11 +35,13 @@ async def reply(port: int, request_id: str, body: dict[str, Any]) -> httpx2.Resp
 
 
 async def ask_reply_wait(client: Client, port: int) -> None:
-    """ask -> pending -> reply over HTTP -> wait_for_response returns it; then a blocking call with progress."""
+    """ask, pending, reply over HTTP, wait_for_response returns it; then a blocking call with progress."""
     first = sc(await client.call_tool("ask_user", {"question": "Colour?", "wait_seconds": 0}))
     assert first["status"] == "pending"
     assert (await reply(port, first["request_id"], {"text": "blue"})).status_code == 200
-    done = sc(await client.call_tool("wait_for_response", {"request_id": first["request_id"], "wait_seconds": 10}))
+    done = sc(
+        await client.call_tool("wait_for_response", {"request_id": first["request_id"], "wait_seconds": 10})
+    )
     assert done["status"] == "answered" and done["answer"] == "blue"
 
     ticks: list[str | None] = []
@@ -67,7 +69,9 @@ async def ask_reply_wait(client: Client, port: int) -> None:
         tg.start_soon(call)
         await ticked.wait()
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
-            listed = (await http.get(f"http://127.0.0.1:{port}/api/requests?status=pending")).json()["requests"]
+            listed = (await http.get(f"http://127.0.0.1:{port}/api/requests?status=pending")).json()[
+                "requests"
+            ]
         assert [r["kind"] for r in listed] == ["approval"]
         assert (await reply(port, listed[0]["id"], {"decision": "approve"})).status_code == 200
     assert out["approved"] is True and out["status"] == "answered"

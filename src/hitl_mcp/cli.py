@@ -210,9 +210,8 @@ def _print_requests(requests: list[Any], as_json: bool, pending: bool) -> None:
             line += f"  [{' / '.join(r.choices)}]"
         print(line)
         if pending and r.expires_at:
-            print(
-                f"{'':18}expires in {format_duration(r.expires_at - time.time())}, from {r.client_name or '?'}"
-            )
+            left = format_duration(r.expires_at - time.time())
+            print(f"{'':18}expires in {left}, from {r.client_name or '?'}")
         elif not pending and r.status.value != "pending":
             who = f" by {r.responder} via {r.channel}" if r.responder else ""
             print(f"{'':18}{r.status.value}{who} at {iso(r.closed_at)}")

@@ -20,7 +20,9 @@ class HostBudget:
 
 
 HOSTS: dict[str, HostBudget] = {
-    "claude-ai": HostBudget(45.0, "Claude Desktop and claude.ai cut a call at about 60 s; progress does not help"),
+    "claude-ai": HostBudget(
+        45.0, "Claude Desktop and claude.ai cut a call at about 60 s; progress does not help"
+    ),
     "claude-desktop": HostBudget(45.0, "about 60 s on macOS, whatever the progress"),
     "claude-code": HostBudget(900.0, "hours for stdio; progress resets the 300 s idle watchdog on HTTP"),
     "Visual Studio Code": HostBudget(240.0, "no fixed limit now, but 5-minute cancels were reported"),

@@ -76,8 +76,9 @@ class Outbox:
         except DeliveryError as exc:
             await self._failed(row, str(exc), exc.retry_after, exc.permanent, max_attempts)
         except TimeoutError:
-            await self._failed(row, f"no answer from {row.channel} within {ATTEMPT_TIMEOUT:.0f}s", None, False,
-                               max_attempts)
+            await self._failed(
+                row, f"no answer from {row.channel} within {ATTEMPT_TIMEOUT:.0f}s", None, False, max_attempts
+            )
         except Exception as exc:  # a channel bug must not stop the outbox; the row records it
             log.exception("channel %s failed to %s request %s", row.channel, row.action, row.request_id)
             await self._failed(row, f"{type(exc).__name__}: {exc}", None, False, max_attempts)
@@ -92,6 +93,12 @@ class Outbox:
             await self.store.finish_delivery(row.id, status="failed", error=error)
             return
         delay = retry_after if retry_after is not None else backoff(row.attempts)
-        log.info("%s to %s failed (attempt %d), retrying in %.0fs: %s", row.action, row.channel,
-                 row.attempts, delay, error)
+        log.info(
+            "%s to %s failed (attempt %d), retrying in %.0fs: %s",
+            row.action,
+            row.channel,
+            row.attempts,
+            delay,
+            error,
+        )
         await self.store.finish_delivery(row.id, status="queued", error=error, next_attempt_at=now() + delay)

@@ -84,7 +84,7 @@ def describe(outcome: Outcome, request: Request) -> str:
 
 
 def format_duration(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
+    seconds = max(0, round(seconds))
     if seconds < 60:
         return f"{seconds}s"
     minutes, secs = divmod(seconds, 60)

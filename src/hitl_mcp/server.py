@@ -50,7 +50,7 @@ WaitSeconds = Annotated[
     Field(
         ge=0,
         le=86400,
-        description="Wait at most this long in this call (clamped to what the host allows; 0 returns at once).",
+        description="Wait at most this long in this call (clamped to what the host allows; 0: no wait).",
     ),
 ]
 TimeoutSeconds = Annotated[

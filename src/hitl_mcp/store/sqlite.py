@@ -60,7 +60,8 @@ MIGRATIONS: list[str] = [
         channel TEXT
     );
     CREATE UNIQUE INDEX requests_idempotency ON requests(idempotency_key) WHERE idempotency_key IS NOT NULL;
-    CREATE UNIQUE INDEX requests_dedupe ON requests(dedupe_key) WHERE dedupe_key IS NOT NULL AND status = 'pending';
+    CREATE UNIQUE INDEX requests_dedupe ON requests(dedupe_key)
+        WHERE dedupe_key IS NOT NULL AND status = 'pending';
     CREATE INDEX requests_status ON requests(status, created_at);
     CREATE INDEX requests_expiry ON requests(expires_at) WHERE status = 'pending';
     CREATE TABLE deliveries (
@@ -454,7 +455,8 @@ class SqliteStore:
     async def due_expiries(self, now: float, limit: int = 100) -> list[str]:
         async with self._read() as db:
             cursor = await db.execute(
-                "SELECT id FROM requests WHERE status = 'pending' AND expires_at <= ? ORDER BY expires_at LIMIT ?",
+                "SELECT id FROM requests WHERE status = 'pending' AND expires_at <= ?"
+                " ORDER BY expires_at LIMIT ?",
                 (now, limit),
             )
             return [r["id"] for r in await cursor.fetchall()]
