@@ -1,0 +1,29 @@
+# Two commands set everything up on a fresh machine with python3:
+#   make run    the server on its embedded default (SQLite + web inbox), over HTTP on 127.0.0.1:8765
+#   make test   the whole test suite (lint included)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: run test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -q -e '.[test]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+run: $(STAMP)
+	$(VENV)/bin/hitl-mcp serve --transport http
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests bench
+	$(PY) -m ruff format --check src tests bench
+
+test: lint
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	@for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
