@@ -152,17 +152,19 @@ class Runtime:
 
 
 class _LazyRoutes:
-    """Channel routes are asked of the live channel once the broker is up."""
+    """A channel's routes, taken from the live channel once the broker is up."""
 
     def __init__(self, runtime: Runtime, name: str) -> None:
         self.runtime = runtime
         self.name = name
+        self._app: Starlette | None = None
 
     def routes(self) -> list[BaseRoute]:
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
-            broker = await self.runtime.broker()
-            inner = Starlette(routes=broker.channels[self.name].routes())
-            await inner(scope, receive, send)
+            if self._app is None:
+                broker = await self.runtime.broker()
+                self._app = Starlette(routes=broker.channels[self.name].routes())
+            await self._app(scope, receive, send)
 
         return [Mount("/", app=app)]
 

@@ -1,0 +1,187 @@
+"""The broker and store beneath the tools: one winner, the outbox, retraction, expiry."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hitl_mcp.broker import AskSpec, Broker, Defaults, ReplyInvalid
+from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery, DeliveryError
+from hitl_mcp.models import Kind, Reply, Request, Status
+from hitl_mcp.outbox import Outbox
+from hitl_mcp.store.sqlite import SqliteStore
+
+pytestmark = pytest.mark.anyio
+
+
+class Recorder(Channel):
+    """A real channel that keeps what it was sent, and fails its first ``failures`` sends."""
+
+    type = "recorder"
+
+    def __init__(self, name: str, failures: int = 0, permanent: bool = False) -> None:
+        super().__init__(name, ChannelConfig(type="recorder"), hub=None)  # type: ignore[arg-type]
+        self.failures = failures
+        self.permanent = permanent
+        self.sent: list[str] = []
+        self.retracted: list[tuple[str, Status, str | None]] = []
+        self.changed = anyio.Event()
+
+    def _changed(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+    async def deliver(self, request: Request) -> Delivery:
+        if self.failures > 0:
+            self.failures -= 1
+            self._changed()
+            raise DeliveryError("provider said 429", retry_after=0.01, permanent=self.permanent)
+        self.sent.append(request.id)
+        self._changed()
+        return Delivery(ref=f"msg-{len(self.sent)}")
+
+    async def retract(self, request: Request, delivery: Delivery) -> None:
+        self.retracted.append((request.id, request.status, delivery.ref))
+        self._changed()
+
+
+@contextlib.asynccontextmanager
+async def broker_with(path: Path, *channels: Channel) -> AsyncIterator[Broker]:
+    store = SqliteStore(path)
+    await store.open()
+    names = [c.name for c in channels]
+    broker = Broker(
+        store,
+        {c.name: c for c in channels},
+        Defaults(
+            channels={Kind.QUESTION: names, Kind.APPROVAL: names, Kind.NOTIFICATION: names},
+            timeouts={Kind.QUESTION: 3600, Kind.APPROVAL: 3600},
+        ),
+        state_dir=path.parent,
+    )
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(broker.run)
+            yield broker
+            tg.cancel_scope.cancel()
+    finally:
+        await store.close()
+
+
+async def until(predicate, channel: Recorder) -> None:  # type: ignore[no-untyped-def]
+    with anyio.fail_after(10):
+        while not predicate():
+            await channel.changed.wait()
+
+
+async def test_delivery_retried_then_sent_then_retracted_with_its_ref(tmp_path: Path) -> None:
+    slack = Recorder("slack", failures=2)
+    async with broker_with(tmp_path / "db.sqlite3", slack) as broker:
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Q?"))
+        await until(lambda: slack.sent == [request.id], slack)
+        (row,) = await broker.store.deliveries(request.id)
+        assert (row.status, row.attempts, row.ref) == ("sent", 3, "msg-1")
+        events = [a.event for a in await broker.store.audit(request.id)]
+        assert events.count("delivery_retry") == 2 and "delivered" in events
+        await broker.resolve(request.id, Reply(channel="slack", responder="U1", text="yes"))
+        await until(lambda: bool(slack.retracted), slack)
+        assert slack.retracted == [(request.id, Status.ANSWERED, "msg-1")]
+
+
+async def test_permanent_failure_is_recorded_not_retried(tmp_path: Path) -> None:
+    sms = Recorder("sms", failures=1, permanent=True)
+    async with broker_with(tmp_path / "db.sqlite3", sms) as broker:
+        failed = anyio.Event()
+        broker.listen(lambda request_id, event: failed.set() if event == "delivery_failed" else None)
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Q?"))
+        with anyio.fail_after(5):
+            await failed.wait()
+        (row,) = await broker.store.deliveries(request.id)
+        assert (row.status, row.attempts, row.error) == ("failed", 1, "provider said 429")
+        assert sms.sent == []
+
+
+async def test_notify_reports_failures_without_raising(tmp_path: Path) -> None:
+    good, bad = Recorder("good"), Recorder("bad", failures=5)
+    async with broker_with(tmp_path / "db.sqlite3", good, bad) as broker:
+        result = await broker.notify(AskSpec(kind=Kind.NOTIFICATION, text="done"))
+        assert result.delivered == ["good"]
+        assert result.failed == [{"channel": "bad", "error": "provider said 429"}]
+
+
+async def test_one_winner_across_connections(tmp_path: Path) -> None:
+    """Three replies at once through two database connections (as two processes would): one wins."""
+    path = tmp_path / "db.sqlite3"
+    async with broker_with(path, Recorder("a")) as first:
+        second_store = SqliteStore(path)
+        await second_store.open()
+        second = Broker(second_store, {}, Defaults({}, {}), state_dir=tmp_path)
+        try:
+            for trial in range(25):
+                request, _ = await first.ask(AskSpec(kind=Kind.QUESTION, text=f"Q{trial}?"))
+                verdicts = []
+
+                async def answer(broker: Broker, who: str) -> None:
+                    verdicts.append(
+                        await broker.resolve(request.id, Reply(channel=who, responder=who, text=who))
+                    )
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(answer, first, "one")
+                    tg.start_soon(answer, second, "two")
+                    tg.start_soon(answer, first, "three")
+                winners = [v for v in verdicts if v.won]
+                assert len(winners) == 1
+                settled = await first.get_or_raise(request.id)
+                assert settled.answer == winners[0].request.answer
+                losers = [v for v in verdicts if not v.won]
+                assert all(v.reason.startswith("already answered by") for v in losers)
+                replies = await first.store.replies(request.id)
+                assert sorted(r.won for r in replies) == [False, False, True]
+        finally:
+            await second_store.close()
+        assert (await first.store.verify_audit()).ok
+
+
+async def test_reply_after_expiry_time_loses_even_before_the_sweep(tmp_path: Path) -> None:
+    async with broker_with(tmp_path / "db.sqlite3", Recorder("a")) as broker:
+        request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Deploy", timeout_seconds=0.001))
+        verdict = await broker.resolve(request.id, Reply(channel="a", responder="u", decision="approve"))
+        assert not verdict.won
+        assert verdict.request.status == Status.EXPIRED and verdict.request.approved is False
+
+
+async def test_reply_shape_checks(tmp_path: Path) -> None:
+    async with broker_with(tmp_path / "db.sqlite3", Recorder("a")) as broker:
+        q, _ = await broker.ask(
+            AskSpec(kind=Kind.QUESTION, text="Pick", choices=["x", "y"], allow_free_text=True)
+        )
+        verdict = await broker.resolve(q.id, Reply(channel="a", responder="u", text="something else"))
+        assert verdict.won and verdict.request.answer == "something else" and verdict.request.choice is None
+        a, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Act"))
+        with pytest.raises(ReplyInvalid):
+            await broker.resolve(a.id, Reply(channel="a", responder="u", text="yes"))
+        assert (await broker.get_or_raise(a.id)).status == Status.PENDING
+
+
+async def test_stale_sending_row_is_taken_over_after_the_lease(tmp_path: Path) -> None:
+    """A process that died mid-send leaves a 'sending' row; another picks it up after the lease."""
+    store = SqliteStore(tmp_path / "db.sqlite3")
+    await store.open()
+    try:
+        broker = Broker(store, {}, Defaults({Kind.QUESTION: ["a"]}, {Kind.QUESTION: 60}), state_dir=tmp_path)
+        broker.channels["a"] = Recorder("a")
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Q?"))
+        (claimed,) = await store.claim_deliveries(["a"], 1000.0 + request.created_at, 60, 10)
+        assert claimed.attempts == 1
+        assert await store.claim_deliveries(["a"], request.created_at + 1030, 60, 10) == []
+        (again,) = await store.claim_deliveries(["a"], request.created_at + 1061, 60, 10)
+        assert again.id == claimed.id and again.attempts == 2
+        await Outbox(store, broker.channels).attempt(again)
+        assert [d.status for d in await store.deliveries(request.id)] == ["sent"]
+    finally:
+        await store.close()
