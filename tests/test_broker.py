@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from hitl_mcp.broker import AskSpec, Broker, Defaults, ReplyInvalid
-from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery, DeliveryError
+from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery, DeliveryError, ResolveResult
 from hitl_mcp.models import Kind, Reply, Request, Status
 from hitl_mcp.outbox import Outbox
 from hitl_mcp.store.sqlite import SqliteStore
@@ -123,17 +123,15 @@ async def test_one_winner_across_connections(tmp_path: Path) -> None:
         try:
             for trial in range(25):
                 request, _ = await first.ask(AskSpec(kind=Kind.QUESTION, text=f"Q{trial}?"))
-                verdicts = []
+                verdicts: list[ResolveResult] = []
 
-                async def answer(broker: Broker, who: str) -> None:
-                    verdicts.append(
-                        await broker.resolve(request.id, Reply(channel=who, responder=who, text=who))
-                    )
+                async def answer(broker: Broker, who: str, rid: str, out: list[ResolveResult]) -> None:
+                    out.append(await broker.resolve(rid, Reply(channel=who, responder=who, text=who)))
 
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(answer, first, "one")
-                    tg.start_soon(answer, second, "two")
-                    tg.start_soon(answer, first, "three")
+                    tg.start_soon(answer, first, "one", request.id, verdicts)
+                    tg.start_soon(answer, second, "two", request.id, verdicts)
+                    tg.start_soon(answer, first, "three", request.id, verdicts)
                 winners = [v for v in verdicts if v.won]
                 assert len(winners) == 1
                 settled = await first.get_or_raise(request.id)
