@@ -16,8 +16,8 @@ run: $(STAMP)
 	$(VENV)/bin/hitl-mcp serve --transport http
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests bench
-	$(PY) -m ruff format --check src tests bench
+	$(PY) -m ruff check
+	$(PY) -m ruff format --check
 
 test: lint
 	$(PY) -m pytest -q
