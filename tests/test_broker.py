@@ -183,3 +183,37 @@ async def test_stale_sending_row_is_taken_over_after_the_lease(tmp_path: Path) -
         assert [d.status for d in await store.deliveries(request.id)] == ["sent"]
     finally:
         await store.close()
+
+
+async def test_when_every_channel_fails_the_wait_ends_and_says_nobody_was_reached(tmp_path: Path) -> None:
+    from hitl_mcp.results import to_outcome
+
+    sms, mail = Recorder("sms", failures=1, permanent=True), Recorder("mail", failures=1, permanent=True)
+    async with broker_with(tmp_path / "db.sqlite3", sms, mail) as broker:
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Q?"))
+        with anyio.fail_after(10):  # far less than the 600 s budget below
+            settled = await broker.wait(request.id, 600)
+        assert settled.status == Status.PENDING
+        undelivered = await broker.undelivered(request.id)
+        assert sorted(u["channel"] for u in undelivered) == ["mail", "sms"]
+        outcome = to_outcome(settled, 0.0, undelivered)
+        assert outcome.next_step.startswith("Nobody was reached") and "provider said 429" in outcome.next_step
+
+
+async def test_one_failed_channel_of_two_keeps_waiting(tmp_path: Path) -> None:
+    sms, web = Recorder("sms", failures=1, permanent=True), Recorder("web")
+    async with broker_with(tmp_path / "db.sqlite3", sms, web) as broker:
+        failed = anyio.Event()
+        broker.listen(lambda request_id, event: failed.set() if event == "delivery_failed" else None)
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Q?"))
+        async with anyio.create_task_group() as tg:
+            result: list[Request] = []
+
+            async def wait() -> None:
+                result.append(await broker.wait(request.id, 600))
+
+            tg.start_soon(wait)
+            await failed.wait()
+            assert await broker.undelivered(request.id) == []
+            await broker.resolve(request.id, Reply(channel="web", responder="u", text="fine"))
+        assert result[0].status == Status.ANSWERED

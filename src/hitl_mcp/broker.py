@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from hitl_mcp.channels.base import Channel, ResolveResult
+from hitl_mcp.channels.base import Channel, Delivery, ResolveResult
 from hitl_mcp.models import Kind, NotifyResult, Reply, Request, Status, canonical_json, now, payload_sha256
 from hitl_mcp.outbox import Outbox
 from hitl_mcp.store.base import Store
@@ -25,6 +25,7 @@ from hitl_mcp.store.base import Store
 log = logging.getLogger("hitl_mcp.broker")
 
 POLL_SECONDS = 0.5
+WAKING_EVENTS = ("answered", "expired", "cancelled", "delivery_failed")
 NOTIFY_TIMEOUT = 15.0
 
 
@@ -132,7 +133,7 @@ class Broker:
                 await anyio.sleep(POLL_SECONDS)
 
     def _publish(self, request_id: str, event: str) -> None:
-        if event in ("answered", "expired", "cancelled"):
+        if event in WAKING_EVENTS:
             for waiter in self._waiters.get(request_id, ()):
                 waiter.set()
         for listener in list(self._listeners):
@@ -250,7 +251,15 @@ class Broker:
                 with anyio.move_on_after(step):
                     await event.wait()
                 request = await self.get_or_raise(request_id)
-                if request.status == Status.PENDING and on_tick is not None and not event.is_set():
+                if request.status != Status.PENDING:
+                    break
+                if event.is_set():  # a delivery failed: stop waiting if nobody can be reached
+                    if await self.undelivered(request_id):
+                        break
+                    self._waiters[request_id].discard(event)
+                    event = anyio.Event()
+                    self._waiters[request_id].add(event)
+                elif on_tick is not None:
                     await on_tick(anyio.current_time() - started)
             return request
         finally:
@@ -262,6 +271,38 @@ class Broker:
 
     async def get(self, request_id: str) -> Request | None:
         return await self.store.get(request_id)
+
+    async def undelivered(self, request_id: str) -> list[dict[str, str]]:
+        """When every channel failed to deliver the request, why each failed; else empty."""
+        rows = [d for d in await self.store.deliveries(request_id) if d.action == "deliver"]
+        if rows and all(d.status == "failed" for d in rows):
+            return [{"channel": d.channel, "error": d.error or "failed"} for d in rows]
+        return []
+
+    # --- the hub channels use ----------------------------------------------------------------
+
+    async def open_requests(self, channel: str) -> list[tuple[Request, Delivery]]:
+        return [
+            (request, Delivery(ref=row.ref, detail=row.detail))
+            for request, row in await self.store.open_deliveries(channel)
+        ]
+
+    async def find_by_ref(self, channel: str, ref: str) -> Request | None:
+        return await self.store.find_by_ref(channel, ref)
+
+    async def state_get(self, channel: str, key: str) -> str | None:
+        return await self.store.get_state(channel, key)
+
+    async def state_set(self, channel: str, key: str, value: str) -> None:
+        await self.store.set_state(channel, key, value)
+
+    async def first_seen(self, channel: str, external_id: str) -> bool:
+        return await self.store.first_seen(channel, external_id)
+
+    async def record(
+        self, request_id: str | None, event: str, actor: str | None, data: dict[str, Any]
+    ) -> None:
+        await self.store.record(request_id, event, actor, data)
 
     async def get_or_raise(self, request_id: str) -> Request:
         request = await self.store.get(request_id)

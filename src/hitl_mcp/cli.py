@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("check", cmd_check, "validate a config and print it, secrets masked")
     p.add_argument("--config", "-c", help="the YAML config (default: the embedded default)")
 
+    p = command("test-channel", cmd_test_channel, "send a test message through one channel")
+    common(p)
+    p.add_argument("name", help="the channel's name in the config")
+
     p = command("pending", cmd_pending, "list requests waiting for an answer")
     common(p)
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -144,10 +148,63 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     import yaml
 
+    from hitl_mcp.channels import channel_module
+    from hitl_mcp.channels.base import Channel, DeliveryError
+
     config = load_config(args.config)
     print(f"# {config.source or 'embedded default'}: valid")
     print(yaml.safe_dump(effective_config(config), sort_keys=False), end="")
-    return 0
+    failed = 0
+
+    async def probe(name: str, channel: Channel) -> None:
+        nonlocal failed
+        try:
+            with anyio.fail_after(20):
+                print(f"# channel {name}: {await channel.check()}")
+        except (DeliveryError, TimeoutError) as exc:
+            failed += 1
+            print(f"# channel {name}: FAILED: {exc or 'no answer within 20s'}")
+
+    async def probe_all() -> None:
+        for name, cfg in config.channels.items():
+            cls = channel_module(cfg.type).Channel
+            if cls.check is not Channel.check:
+                await probe(name, cls(name, cfg, None))  # check() needs no hub
+
+    anyio.run(probe_all)
+    return 1 if failed else 0
+
+
+def cmd_test_channel(args: argparse.Namespace) -> int:
+    from hitl_mcp.broker import AskSpec
+    from hitl_mcp.channels import channel_module
+    from hitl_mcp.models import Kind
+
+    config, _ = _config(args)
+    if args.name not in config.channels:
+        valid = ", ".join(config.channels) or "(none)"
+        print(f"hitl-mcp: no channel {args.name!r} in the config; channels: {valid}", file=sys.stderr)
+        return 2
+    cfg = config.channels[args.name]
+
+    async def go() -> int:
+        async with _broker(args) as broker:
+            broker.channels[args.name] = channel_module(cfg.type).Channel(args.name, cfg, broker)
+            result = await broker.notify(
+                AskSpec(
+                    kind=Kind.NOTIFICATION,
+                    text="Test message from hitl-mcp: this channel works.",
+                    title="hitl-mcp test",
+                    channels=[args.name],
+                )
+            )
+        for failure in result.failed:
+            print(f"hitl-mcp: {args.name}: not delivered: {failure['error']}", file=sys.stderr)
+            return 1
+        print(f"{args.name}: test message delivered")
+        return 0
+
+    return _run(go)
 
 
 @contextlib.asynccontextmanager

@@ -5,7 +5,9 @@ from __future__ import annotations
 from hitl_mcp.models import Kind, Outcome, Request, Status, iso, now
 
 
-def to_outcome(request: Request, waited_seconds: float) -> Outcome:
+def to_outcome(
+    request: Request, waited_seconds: float, undelivered: list[dict[str, str]] | None = None
+) -> Outcome:
     return Outcome(
         request_id=request.id,
         status=request.status,
@@ -19,7 +21,7 @@ def to_outcome(request: Request, waited_seconds: float) -> Outcome:
         asked_at=iso(request.created_at) or "",
         answered_at=iso(request.closed_at),
         waited_seconds=round(waited_seconds, 3),
-        next_step=next_step(request),
+        next_step=next_step(request, undelivered),
     )
 
 
@@ -30,8 +32,14 @@ def _approved(request: Request) -> bool | None:
     return request.status == Status.ANSWERED and bool(request.approved)
 
 
-def next_step(request: Request) -> str:
+def next_step(request: Request, undelivered: list[dict[str, str]] | None = None) -> str:
     rid = request.id
+    if request.status == Status.PENDING and undelivered:
+        failures = "; ".join(f"{u['channel']}: {u['error']}" for u in undelivered)
+        return (
+            f"Nobody was reached: every channel failed to deliver ({failures}). Do not wait for an answer; "
+            f"call cancel_request with request_id '{rid}' and try other channels, or tell the user."
+        )
     if request.status == Status.PENDING:
         return (
             f"No reply yet; this is normal. Call wait_for_response with request_id '{rid}' to keep waiting. "

@@ -11,6 +11,7 @@ import errno
 import ipaddress
 import logging
 import socket
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Literal
@@ -125,10 +126,16 @@ class Runtime:
     def channel_routes(self) -> list[BaseRoute]:
         """Each channel's webhook routes under ``/webhooks/<name>``; built without the broker."""
         routes: list[BaseRoute] = []
+        per_type = Counter(cfg.type for cfg in self.config.channels.values())
         for name, cfg in self.config.channels.items():
-            module = channel_module(cfg.type)
-            if "routes" in module.Channel.__dict__:
-                routes.append(Mount(f"/webhooks/{name}", routes=_LazyRoutes(self, name).routes()))
+            cls = channel_module(cfg.type).Channel
+            if cls.routes is Channel.routes:
+                continue
+            lazy = _LazyRoutes(self, name).routes()
+            routes.append(Mount(f"/webhooks/{name}", routes=lazy))
+            alias = cls.webhook_alias
+            if alias and alias != name and per_type[cfg.type] == 1 and alias not in self.config.channels:
+                routes.append(Mount(f"/webhooks/{alias}", routes=lazy))
         return routes
 
     def http_app(self, mcp: MCPServer | None, transport: Transport, host: str) -> Starlette:

@@ -116,7 +116,8 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             with anyio.CancelScope(shield=True):
                 await broker.caller_left(request.id, client_name(ctx), anyio.current_time() - started)
             raise
-        outcome = to_outcome(request, anyio.current_time() - started)
+        undelivered = await broker.undelivered(request.id) if request.is_open else []
+        outcome = to_outcome(request, anyio.current_time() - started, undelivered)
         return result(outcome, request)
 
     async def asking(ctx: Context, spec: AskSpec, wait_seconds: float | None) -> CallToolResult:

@@ -61,14 +61,40 @@ class ResolveResult:
 
 
 class Hub(Protocol):
-    """What a channel may ask of the broker."""
+    """What a channel may ask of the broker. ``channel`` arguments are the channel's own name."""
 
     public_url: str | None
     state_dir: Path
 
-    async def resolve(self, request_id: str, reply: Reply) -> ResolveResult: ...
+    async def resolve(self, request_id: str, reply: Reply) -> ResolveResult:
+        """Hand over a verified reply; raises ``ReplyInvalid`` (from hitl_mcp.broker) if it does not fit."""
+        ...
 
     async def get(self, request_id: str) -> Request | None: ...
+
+    async def open_requests(self, channel: str) -> list[tuple[Request, Delivery]]:
+        """Pending requests this channel delivered, oldest first, with what ``deliver`` returned."""
+        ...
+
+    async def find_by_ref(self, channel: str, ref: str) -> Request | None:
+        """The request this channel delivered under a provider reference (any status)."""
+        ...
+
+    async def state_get(self, channel: str, key: str) -> str | None:
+        """Durable per-channel state: poll marks, cursors, UIDVALIDITY..."""
+        ...
+
+    async def state_set(self, channel: str, key: str, value: str) -> None: ...
+
+    async def first_seen(self, channel: str, external_id: str) -> bool:
+        """De-duplication of inbound ids (retries, redeliveries): true only the first time."""
+        ...
+
+    async def record(
+        self, request_id: str | None, event: str, actor: str | None, data: dict[str, Any]
+    ) -> None:
+        """Append to the audit log, e.g. a reply ignored because its sender is not allowed."""
+        ...
 
 
 class Channel:
@@ -77,6 +103,9 @@ class Channel:
     type: ClassVar[str] = ""
     #: whether a person can answer through this channel (False for notify-only channels)
     answerable: ClassVar[bool] = True
+    #: routes are mounted at /webhooks/<channel name>/; also at /webhooks/<webhook_alias>/ when this
+    #: is the only channel of its type (e.g. "slack", "twilio"), as providers' docs expect
+    webhook_alias: ClassVar[str | None] = None
 
     def __init__(self, name: str, config: ChannelConfig, hub: Hub) -> None:
         self.name = name
@@ -93,7 +122,13 @@ class Channel:
         """Inbound webhook routes, mounted under ``/webhooks/<channel name>/``."""
         return []
 
+    async def check(self) -> str:
+        """Verify credentials and reachability (``hitl-mcp check``); return a short description, or
+        raise ``DeliveryError`` saying what is wrong. Must work without ``start``."""
+        return "ok"
+
     async def deliver(self, request: Request) -> Delivery:
+        """Send the request (or a notification). Must work without ``start`` (``test-channel``)."""
         raise NotImplementedError
 
     async def retract(self, request: Request, delivery: Delivery) -> None:

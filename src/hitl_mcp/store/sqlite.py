@@ -111,6 +111,22 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
         BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
     """,
+    # 2: what channels keep between runs (poll marks, cursors) and which inbound ids they have seen
+    """
+    CREATE TABLE channel_state (
+        channel TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (channel, key)
+    );
+    CREATE TABLE seen (
+        channel TEXT NOT NULL,
+        external_id TEXT NOT NULL,
+        at REAL NOT NULL,
+        PRIMARY KEY (channel, external_id)
+    );
+    CREATE INDEX deliveries_channel ON deliveries(channel, action, status);
+    """,
 ]
 
 SETTLING_EVENTS = ("answered", "expired", "cancelled")
@@ -540,6 +556,56 @@ class SqliteStore:
                 if state is not None and state["status"] not in (Status.PENDING.value, Status.NOTIFIED.value):
                     # settled while this send was in flight: it needs its retraction too
                     await self._queue_retractions(db, row["request_id"], at)
+
+    async def open_deliveries(self, channel: str) -> list[tuple[Request, DeliveryRow]]:
+        async with self._read() as db:
+            cursor = await db.execute(
+                "SELECT d.* FROM deliveries d JOIN requests r ON r.id = d.request_id"
+                " WHERE d.channel = ? AND d.action = 'deliver' AND d.status = 'sent' AND r.status = 'pending'"
+                " ORDER BY r.created_at",
+                (channel,),
+            )
+            deliveries = [_delivery(r) for r in await cursor.fetchall()]
+            requests: dict[str, Request] = {}
+            for delivery in deliveries:
+                cursor = await db.execute("SELECT * FROM requests WHERE id = ?", (delivery.request_id,))
+                row = await cursor.fetchone()
+                requests[delivery.request_id] = _request(row)
+        return [(requests[d.request_id], d) for d in deliveries]
+
+    async def find_by_ref(self, channel: str, ref: str) -> Request | None:
+        async with self._read() as db:
+            cursor = await db.execute(
+                "SELECT r.* FROM deliveries d JOIN requests r ON r.id = d.request_id"
+                " WHERE d.channel = ? AND d.action = 'deliver' AND d.ref = ? ORDER BY d.id DESC LIMIT 1",
+                (channel, ref),
+            )
+            row = await cursor.fetchone()
+        return _request(row) if row else None
+
+    async def get_state(self, channel: str, key: str) -> str | None:
+        async with self._read() as db:
+            cursor = await db.execute(
+                "SELECT value FROM channel_state WHERE channel = ? AND key = ?", (channel, key)
+            )
+            row = await cursor.fetchone()
+        return row[0] if row else None
+
+    async def set_state(self, channel: str, key: str, value: str) -> None:
+        async with self._write() as db:
+            await db.execute(
+                "INSERT INTO channel_state (channel, key, value) VALUES (?, ?, ?)"
+                " ON CONFLICT (channel, key) DO UPDATE SET value = excluded.value",
+                (channel, key, value),
+            )
+
+    async def first_seen(self, channel: str, external_id: str) -> bool:
+        async with self._write() as db:
+            cursor = await db.execute(
+                "INSERT OR IGNORE INTO seen (channel, external_id, at) VALUES (?, ?, ?)",
+                (channel, external_id, now()),
+            )
+            return cursor.rowcount == 1
 
     async def deliveries(self, request_id: str) -> list[DeliveryRow]:
         async with self._read() as db:
