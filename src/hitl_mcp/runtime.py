@@ -10,7 +10,9 @@ import contextlib
 import errno
 import ipaddress
 import logging
+import os
 import socket
+import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -41,6 +43,21 @@ DB_FILE = "hitl.sqlite3"
 
 class ConfigRefused(Exception):
     """The configuration is valid YAML but unsafe or impossible to run."""
+
+
+class StoreUnavailable(ConfigRefused):
+    """The database cannot be opened or written: no request would be kept, so none is accepted."""
+
+
+def prepare_state_dir(state_dir: Path) -> None:
+    """Create the state directory and prove it is writable, before anything is served."""
+    probe = state_dir / f".probe-{os.getpid()}"
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigRefused(f"cannot write the state directory {state_dir}: {exc.strerror or exc}") from None
 
 
 def is_loopback(host: str) -> bool:
@@ -86,7 +103,12 @@ class Runtime:
         store = SqliteStore(self.state_dir / DB_FILE)
         channels: list[Channel] = []
         try:
-            await store.open()
+            try:
+                await store.open()
+            except (OSError, sqlite3.Error) as exc:
+                raise StoreUnavailable(
+                    f"cannot keep requests: the database {store.path} failed: {exc}"
+                ) from exc
             d = self.config.defaults
             broker = Broker(
                 store,
@@ -230,12 +252,33 @@ async def serve(config: Config, state_dir: Path, transport: Transport, host: str
             f"refusing to listen on {host}: off loopback, set a web token first "
             "(channels.<web>.token in the config, or $HITL_WEB_TOKEN)"
         )
+    prepare_state_dir(state_dir)
     runtime = Runtime(config, state_dir)
     mcp = runtime.build_mcp()
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     sock = bind(host, port)
     if sock is None and transport != "stdio":
         raise ConfigRefused(f"port {port} on {host} is already in use")
+    try:
+        await _serve(runtime, mcp, transport, host, sock, url, state_dir)
+    except BaseExceptionGroup as group:  # surface the one that says why, not the group
+        unavailable, _ = group.split(StoreUnavailable)
+        while isinstance(unavailable, BaseExceptionGroup):
+            unavailable = unavailable.exceptions[0]
+        if unavailable is not None:
+            raise unavailable from None
+        raise
+
+
+async def _serve(
+    runtime: Runtime,
+    mcp: MCPServer,
+    transport: Transport,
+    host: str,
+    sock: socket.socket | None,
+    url: str,
+    state_dir: Path,
+) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(runtime.run)
         if sock is None:
