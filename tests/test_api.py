@@ -145,3 +145,25 @@ async def test_malformed_and_oversized_bodies(state_dir: Path) -> None:
         assert r.status_code == 413
         request = await (await rt.broker()).get(rid)
         assert request is not None and request.status == Status.PENDING
+
+
+async def test_bodies_over_the_configured_limit_are_refused_before_parsing(state_dir: Path) -> None:
+    from tests.conftest import make_config
+
+    config = make_config("server:\n  http: {max_body_bytes: 4096}\n")
+    async with running(state_dir, config) as rt, api_client(rt) as api:
+        rid = await ask(rt)
+        body = {"text": "y" * 5000}  # a fine answer, but over this server's limit
+        declared = await api.post(f"/api/requests/{rid}/reply", json=body)
+        assert declared.status_code == 413
+
+        async def chunks():  # type: ignore[no-untyped-def]
+            for _ in range(10):
+                yield b" " * 1000  # no Content-Length: counted as it streams
+
+        streamed = await api.post(f"/api/requests/{rid}/reply", content=chunks())
+        assert streamed.status_code == 413
+        request = await (await rt.broker()).get(rid)
+        assert request is not None and request.status == Status.PENDING
+        small = await api.post(f"/api/requests/{rid}/reply", json={"text": "y" * 3000})
+        assert small.status_code == 200

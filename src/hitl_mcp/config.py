@@ -275,6 +275,10 @@ def _reject_bool(value: Any) -> Any:
 class HttpConfig(_Section):
     host: str = Field("127.0.0.1", min_length=1)
     port: Annotated[int, BeforeValidator(_reject_bool), Field(ge=1, le=65535)] = 8765
+    max_body_bytes: Annotated[int, BeforeValidator(_reject_bool), Field(ge=1024, le=64 * 1024 * 1024)] = (
+        1024 * 1024
+    )
+    """Request bodies larger than this are refused with 413 before anything reads them."""
 
 
 class ServerConfig(_Section):

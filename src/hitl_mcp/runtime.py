@@ -34,6 +34,7 @@ from hitl_mcp.server import Settings, build_server
 from hitl_mcp.store.sqlite import SqliteStore
 from hitl_mcp.web.api import api_routes, error, healthz
 from hitl_mcp.web.auth import WebAuth, load_web_auth
+from hitl_mcp.web.limits import BodyLimit
 
 log = logging.getLogger("hitl_mcp")
 
@@ -177,7 +178,9 @@ class Runtime:
         elif mcp is not None and transport == "sse":
             inner = mcp.sse_app(host=host)
             routes += [_guard(r, self.auth, host) for r in inner.routes]
-        return Starlette(routes=routes, lifespan=lifespan)
+        app = Starlette(routes=routes, lifespan=lifespan)
+        app.add_middleware(BodyLimit, max_bytes=self.config.server.http.max_body_bytes)
+        return app
 
 
 class _LazyRoutes:
