@@ -177,7 +177,7 @@ def test_errors_from_a_file_name_the_file_and_line(tmp_path: Path) -> None:
         load_config(path)
     e = info.value
     assert (e.file, e.line, e.key) == (str(path), 3, "server.http.prot")
-    assert str(e) == f"{path}:3: server.http.prot: unknown key 'prot'; valid keys: host, port"
+    assert str(e) == f"{path}:3: server.http.prot: unknown key 'prot'; valid keys: host, port, max_body_bytes"
 
 
 # -------------------------------------------------------------------------------------- key errors
@@ -203,7 +203,7 @@ def test_unknown_nested_key() -> None:
             prot: 80
         """
     )
-    assert str(e) == "hitl.yaml:5: server.http.prot: unknown key 'prot'; valid keys: host, port"
+    assert str(e) == "hitl.yaml:5: server.http.prot: unknown key 'prot'; valid keys: host, port, max_body_bytes"
 
 
 def test_unknown_key_in_a_channel_lists_that_channels_keys() -> None:
