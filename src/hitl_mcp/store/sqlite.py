@@ -1,18 +1,20 @@
 """The embedded store: SQLite through aiosqlite, in WAL mode, safe to share between processes.
 
-All SQL of this engine lives here. Every write is one ``BEGIN IMMEDIATE`` transaction, so the
-audit chain's "read the last hash, append a row" is atomic across processes, and the
-single-winner rule is the conditional UPDATE in :meth:`SqliteStore.resolve`.
+All SQL of this engine lives here. Each method runs whole in the connection's thread (one hop per
+call, see ``_run``), and every write is one ``BEGIN IMMEDIATE`` transaction, so the audit chain's
+"read the last hash, append a row" is atomic across processes, and the single-winner rule is the
+conditional UPDATE in :meth:`SqliteStore.resolve`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 import anyio
@@ -20,6 +22,8 @@ import anyio
 from hitl_mcp.audit import GENESIS, AuditRow, Verdict, row_hash, verify
 from hitl_mcp.models import Kind, Reply, Request, Status, now
 from hitl_mcp.store.base import Change, DeliveryRow, ReplyRow, Settled
+
+T = TypeVar("T")
 
 BODY_FIELDS = (
     "text",
@@ -136,19 +140,22 @@ class SqliteStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db: aiosqlite.Connection | None = None
-        self._lock = anyio.Lock()
 
     # --- lifecycle -------------------------------------------------------------------------
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         db = await aiosqlite.connect(self.path, isolation_level=None)
-        db.row_factory = aiosqlite.Row
-        await db.execute("PRAGMA busy_timeout = 10000")
-        await db.execute("PRAGMA journal_mode = WAL")
-        await db.execute("PRAGMA synchronous = NORMAL")
-        await db.execute("PRAGMA foreign_keys = ON")
+        db.row_factory = sqlite3.Row
         self._db = db
+
+        def pragmas(conn: sqlite3.Connection) -> None:
+            conn.execute("PRAGMA busy_timeout = 10000")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+
+        await self._run(pragmas)
         try:
             os.chmod(self.path, 0o600)
         except OSError:
@@ -162,60 +169,45 @@ class SqliteStore:
             self._db = None
 
     async def _migrate(self) -> None:
-        async with self._write() as db:
-            version = (await (await db.execute("PRAGMA user_version")).fetchone())[0]
-            if version > len(MIGRATIONS):
-                raise RuntimeError(
-                    f"{self.path} has schema version {version}, newer than this hitl-mcp knows "
-                    f"({len(MIGRATIONS)}); upgrade hitl-mcp"
-                )
-            for number in range(version, len(MIGRATIONS)):
-                for statement in _split_sql(MIGRATIONS[number]):
-                    await db.execute(statement)
-                await db.execute(f"PRAGMA user_version = {number + 1}")
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                version = (db.execute("PRAGMA user_version").fetchone())[0]
+                if version > len(MIGRATIONS):
+                    raise RuntimeError(
+                        f"{self.path} has schema version {version}, newer than this hitl-mcp knows "
+                        f"({len(MIGRATIONS)}); upgrade hitl-mcp"
+                    )
+                for number in range(version, len(MIGRATIONS)):
+                    for statement in _split_sql(MIGRATIONS[number]):
+                        db.execute(statement)
+                    db.execute(f"PRAGMA user_version = {number + 1}")
 
-    @property
-    def db(self) -> aiosqlite.Connection:
+        return await self._run(work)
+
+    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` in the connection's own thread: a whole transaction is one hop, and it runs
+        to its end even if the caller is cancelled (the thread does not stop half way)."""
         if self._db is None:
             raise RuntimeError("the store is not open")
-        return self._db
-
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
-        async with self._lock:
-            yield self.db
-
-    @asynccontextmanager
-    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
-        """One IMMEDIATE transaction, shielded: a cancelled caller never leaves it half done."""
-        with anyio.CancelScope(shield=True):
-            async with self._lock:
-                db = self.db
-                await db.execute("BEGIN IMMEDIATE")
-                try:
-                    yield db
-                except BaseException:
-                    await db.execute("ROLLBACK")
-                    raise
-                else:
-                    await db.execute("COMMIT")
+        # aiosqlite's one primitive (every public method is built on it): call fn in its thread
+        return await self._db._execute(work, self._db._conn)  # type: ignore[no-any-return]
 
     # --- audit -----------------------------------------------------------------------------
 
-    async def _append(
+    def _append(
         self,
-        db: aiosqlite.Connection,
+        db: sqlite3.Connection,
         request_id: str | None,
         event: str,
         actor: str | None,
         data: dict[str, Any],
         at: float | None = None,
     ) -> None:
-        row = await (await db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")).fetchone()
+        row = db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
         seq, prev = (row["seq"] + 1, row["hash"]) if row else (1, GENESIS)
         at = now() if at is None else at
         digest = row_hash(prev, seq, at, request_id, event, actor, data)
-        await db.execute(
+        db.execute(
             "INSERT INTO audit (seq, at, request_id, event, actor, data, prev_hash, hash)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (seq, at, request_id, event, actor, json.dumps(data, sort_keys=True), prev, digest),
@@ -224,98 +216,117 @@ class SqliteStore:
     async def record(
         self, request_id: str | None, event: str, actor: str | None, data: dict[str, Any]
     ) -> None:
-        async with self._write() as db:
-            await self._append(db, request_id, event, actor, data)
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                self._append(db, request_id, event, actor, data)
+
+        return await self._run(work)
 
     async def audit(self, request_id: str | None = None) -> list[AuditRow]:
-        async with self._read() as db:
+        def work(db: sqlite3.Connection) -> Any:
             if request_id is None:
-                cursor = await db.execute("SELECT * FROM audit ORDER BY seq")
+                cursor = db.execute("SELECT * FROM audit ORDER BY seq")
             else:
-                cursor = await db.execute(
-                    "SELECT * FROM audit WHERE request_id = ? ORDER BY seq", (request_id,)
-                )
-            return [_audit_row(r) for r in await cursor.fetchall()]
+                cursor = db.execute("SELECT * FROM audit WHERE request_id = ? ORDER BY seq", (request_id,))
+            return [_audit_row(r) for r in cursor.fetchall()]
+
+        return await self._run(work)
 
     async def verify_audit(self) -> Verdict:
         return verify(await self.audit())
 
     async def changes_since(self, seq: int, limit: int = 1000) -> list[Change]:
-        async with self._read() as db:
-            cursor = await db.execute(
+        def work(db: sqlite3.Connection) -> Any:
+            cursor = db.execute(
                 "SELECT seq, request_id, event FROM audit WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit)
             )
-            return [Change(r["seq"], r["request_id"], r["event"]) for r in await cursor.fetchall()]
+            return [Change(r["seq"], r["request_id"], r["event"]) for r in cursor.fetchall()]
+
+        return await self._run(work)
 
     async def last_seq(self) -> int:
-        async with self._read() as db:
-            row = await (await db.execute("SELECT MAX(seq) FROM audit")).fetchone()
+        def work(db: sqlite3.Connection) -> Any:
+            row = db.execute("SELECT MAX(seq) FROM audit").fetchone()
             return row[0] or 0
+
+        return await self._run(work)
 
     # --- requests --------------------------------------------------------------------------
 
     async def create(self, request: Request, dedupe_key: str | None) -> tuple[Request, bool]:
-        async with self._write() as db:
-            existing = None
-            if request.idempotency_key is not None:
-                cursor = await db.execute(
-                    "SELECT * FROM requests WHERE idempotency_key = ?", (request.idempotency_key,)
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                existing = None
+                if request.idempotency_key is not None:
+                    cursor = db.execute(
+                        "SELECT * FROM requests WHERE idempotency_key = ?", (request.idempotency_key,)
+                    )
+                    existing = cursor.fetchone()
+                if existing is None and dedupe_key is not None:
+                    cursor = db.execute(
+                        "SELECT * FROM requests WHERE dedupe_key = ? AND status = 'pending'", (dedupe_key,)
+                    )
+                    existing = cursor.fetchone()
+                if existing is not None:
+                    found = _request(existing)
+                    self._append(db, found.id, "reattached", request.client_name, {})
+                    return found, False
+                body = {name: getattr(request, name) for name in BODY_FIELDS}
+                db.execute(
+                    "INSERT INTO requests (id, kind, status, body, idempotency_key, dedupe_key, session_key,"
+                    " created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        request.id,
+                        request.kind.value,
+                        request.status.value,
+                        json.dumps(body),
+                        request.idempotency_key,
+                        dedupe_key,
+                        request.session_key,
+                        request.created_at,
+                        request.expires_at,
+                    ),
                 )
-                existing = await cursor.fetchone()
-            if existing is None and dedupe_key is not None:
-                cursor = await db.execute(
-                    "SELECT * FROM requests WHERE dedupe_key = ? AND status = 'pending'", (dedupe_key,)
-                )
-                existing = await cursor.fetchone()
-            if existing is not None:
-                found = _request(existing)
-                await self._append(db, found.id, "reattached", request.client_name, {})
-                return found, False
-            body = {name: getattr(request, name) for name in BODY_FIELDS}
-            await db.execute(
-                "INSERT INTO requests (id, kind, status, body, idempotency_key, dedupe_key, session_key,"
-                " created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
+                # a notification's sends are held for the caller, who attempts them at once and reports
+                # how they went; the outbox takes over held rows only if that caller died (after the lease)
+                first = "held" if request.kind == Kind.NOTIFICATION else "queued"
+                for channel in request.channels:
+                    db.execute(
+                        "INSERT INTO deliveries (request_id, channel, action, status, created_at, updated_at,"
+                        " next_attempt_at) VALUES (?, ?, 'deliver', ?, ?, ?, ?)",
+                        (
+                            request.id,
+                            channel,
+                            first,
+                            request.created_at,
+                            request.created_at,
+                            request.created_at,
+                        ),
+                    )
+                self._append(
+                    db,
                     request.id,
-                    request.kind.value,
-                    request.status.value,
-                    json.dumps(body),
-                    request.idempotency_key,
-                    dedupe_key,
-                    request.session_key,
-                    request.created_at,
-                    request.expires_at,
-                ),
-            )
-            # a notification's sends are held for the caller, who attempts them at once and reports
-            # how they went; the outbox takes over held rows only if that caller died (after the lease)
-            first = "held" if request.kind == Kind.NOTIFICATION else "queued"
-            for channel in request.channels:
-                await db.execute(
-                    "INSERT INTO deliveries (request_id, channel, action, status, created_at, updated_at,"
-                    " next_attempt_at) VALUES (?, ?, 'deliver', ?, ?, ?, ?)",
-                    (request.id, channel, first, request.created_at, request.created_at, request.created_at),
+                    "created",
+                    request.client_name,
+                    {
+                        "kind": request.kind.value,
+                        "text": request.text,
+                        "channels": request.channels,
+                        "payload_sha256": request.payload_sha256,
+                        "expires_at": request.expires_at,
+                    },
+                    at=request.created_at,
                 )
-            await self._append(
-                db,
-                request.id,
-                "created",
-                request.client_name,
-                {
-                    "kind": request.kind.value,
-                    "text": request.text,
-                    "channels": request.channels,
-                    "payload_sha256": request.payload_sha256,
-                    "expires_at": request.expires_at,
-                },
-                at=request.created_at,
-            )
-            return request, True
+                return request, True
+
+        return await self._run(work)
 
     async def get(self, request_id: str) -> Request | None:
-        async with self._read() as db:
-            row = await (await db.execute("SELECT * FROM requests WHERE id = ?", (request_id,))).fetchone()
+        def work(db: sqlite3.Connection) -> Any:
+            row = db.execute("SELECT * FROM requests WHERE id = ?", (request_id,)).fetchone()
             return _request(row) if row else None
+
+        return await self._run(work)
 
     async def list(
         self, status: Status | None = None, limit: int = 100, before: float | None = None
@@ -330,106 +341,118 @@ class SqliteStore:
             args.append(before)
         sql += " ORDER BY created_at DESC LIMIT ?"
         args.append(limit)
-        async with self._read() as db:
-            return [_request(r) for r in await (await db.execute(sql, args)).fetchall()]
+
+        def work(db: sqlite3.Connection) -> Any:
+            return [_request(r) for r in db.execute(sql, args).fetchall()]
+
+        return await self._run(work)
 
     async def resolve(self, request_id: str, reply: Reply, outcome: dict[str, Any]) -> Settled | None:
         at = now()
-        async with self._write() as db:
-            row = await (await db.execute("SELECT * FROM requests WHERE id = ?", (request_id,))).fetchone()
-            if row is None:
-                return None
-            current = _request(row)
-            if (
-                current.status == Status.PENDING
-                and current.expires_at is not None
-                and current.expires_at <= at
-            ):
-                current = await self._settle(
-                    db, current, Status.EXPIRED, "expiry", _expiry_outcome(current), at
-                )
-            won = False
-            if current.status == Status.PENDING:
-                cursor = await db.execute(
-                    "UPDATE requests SET status = 'answered', closed_at = ?, answer = ?, choice = ?,"
-                    " approved = ?, comment = ?, responder = ?, channel = ?"
-                    " WHERE id = ? AND status = 'pending'",
+
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                row = db.execute("SELECT * FROM requests WHERE id = ?", (request_id,)).fetchone()
+                if row is None:
+                    return None
+                current = _request(row)
+                if (
+                    current.status == Status.PENDING
+                    and current.expires_at is not None
+                    and current.expires_at <= at
+                ):
+                    current = self._settle(
+                        db, current, Status.EXPIRED, "expiry", _expiry_outcome(current), at
+                    )
+                won = False
+                if current.status == Status.PENDING:
+                    cursor = db.execute(
+                        "UPDATE requests SET status = 'answered', closed_at = ?, answer = ?, choice = ?,"
+                        " approved = ?, comment = ?, responder = ?, channel = ?"
+                        " WHERE id = ? AND status = 'pending'",
+                        (
+                            at,
+                            outcome.get("answer"),
+                            outcome.get("choice"),
+                            outcome.get("approved"),
+                            outcome.get("comment"),
+                            reply.responder,
+                            reply.channel,
+                            request_id,
+                        ),
+                    )
+                    won = cursor.rowcount == 1
+                reason = None if won else f"request was already {current.status.value}"
+                db.execute(
+                    "INSERT INTO replies (request_id, channel, responder, text, choice, decision, comment,"
+                    " received_at, won, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
-                        at,
-                        outcome.get("answer"),
-                        outcome.get("choice"),
-                        outcome.get("approved"),
-                        outcome.get("comment"),
-                        reply.responder,
-                        reply.channel,
                         request_id,
+                        reply.channel,
+                        reply.responder,
+                        reply.text,
+                        reply.choice,
+                        reply.decision,
+                        reply.comment,
+                        at,
+                        int(won),
+                        reason,
                     ),
                 )
-                won = cursor.rowcount == 1
-            reason = None if won else f"request was already {current.status.value}"
-            await db.execute(
-                "INSERT INTO replies (request_id, channel, responder, text, choice, decision, comment,"
-                " received_at, won, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    request_id,
-                    reply.channel,
-                    reply.responder,
-                    reply.text,
-                    reply.choice,
-                    reply.decision,
-                    reply.comment,
-                    at,
-                    int(won),
-                    reason,
-                ),
-            )
-            if not won:
-                await self._append(
+                if not won:
+                    self._append(
+                        db,
+                        request_id,
+                        "reply_rejected",
+                        reply.responder,
+                        {"channel": reply.channel, "reason": reason},
+                    )
+                    return Settled(False, current)
+                self._append(
                     db,
                     request_id,
-                    "reply_rejected",
+                    "answered",
                     reply.responder,
-                    {"channel": reply.channel, "reason": reason},
+                    {"channel": reply.channel, **{k: v for k, v in outcome.items() if v is not None}},
+                    at=at,
                 )
-                return Settled(False, current)
-            await self._append(
-                db,
-                request_id,
-                "answered",
-                reply.responder,
-                {"channel": reply.channel, **{k: v for k, v in outcome.items() if v is not None}},
-                at=at,
-            )
-            await self._queue_retractions(db, request_id, at)
-            row = await (await db.execute("SELECT * FROM requests WHERE id = ?", (request_id,))).fetchone()
-            return Settled(True, _request(row))
+                self._queue_retractions(db, request_id, at)
+                row = db.execute("SELECT * FROM requests WHERE id = ?", (request_id,)).fetchone()
+                return Settled(True, _request(row))
+
+        return await self._run(work)
 
     async def close_request(
         self, request_id: str, status: Status, actor: str, outcome: dict[str, Any]
     ) -> Settled | None:
         at = now()
-        async with self._write() as db:
-            row = await (await db.execute("SELECT * FROM requests WHERE id = ?", (request_id,))).fetchone()
-            if row is None:
-                return None
-            current = _request(row)
-            if current.status != Status.PENDING:
-                return Settled(False, current)
-            if status == Status.CANCELLED and current.expires_at is not None and current.expires_at <= at:
-                status, actor, outcome = Status.EXPIRED, "expiry", _expiry_outcome(current)
-            settled = await self._settle(db, current, status, actor, outcome, at)
-            return Settled(settled.status == status, settled)
 
-    async def _settle(
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                row = db.execute("SELECT * FROM requests WHERE id = ?", (request_id,)).fetchone()
+                if row is None:
+                    return None
+                current = _request(row)
+                if current.status != Status.PENDING:
+                    return Settled(False, current)
+                wanted, by, fields = status, actor, outcome
+                if wanted == Status.CANCELLED and current.expires_at is not None and current.expires_at <= at:
+                    wanted, by, fields = Status.EXPIRED, "expiry", _expiry_outcome(current)
+                settled = self._settle(db, current, wanted, by, fields, at)
+                return Settled(settled.status == wanted, settled)
+
+        return await self._run(work)
+
+    def _settle(
         self,
-        db: aiosqlite.Connection,
+        db: sqlite3.Connection,
         current: Request,
         status: Status,
         actor: str,
         outcome: dict[str, Any],
         at: float,
     ) -> Request:
-        cursor = await db.execute(
+        cursor = db.execute(
             "UPDATE requests SET status = ?, closed_at = ?, answer = ?, approved = ?, comment = ?"
             " WHERE id = ? AND status = 'pending'",
             (
@@ -442,7 +465,7 @@ class SqliteStore:
             ),
         )
         if cursor.rowcount == 1:
-            await self._append(
+            self._append(
                 db,
                 current.id,
                 status.value,
@@ -450,18 +473,18 @@ class SqliteStore:
                 {k: v for k, v in outcome.items() if v is not None},
                 at=at,
             )
-            await self._queue_retractions(db, current.id, at)
-        row = await (await db.execute("SELECT * FROM requests WHERE id = ?", (current.id,))).fetchone()
+            self._queue_retractions(db, current.id, at)
+        row = db.execute("SELECT * FROM requests WHERE id = ?", (current.id,)).fetchone()
         return _request(row)
 
-    async def _queue_retractions(self, db: aiosqlite.Connection, request_id: str, at: float) -> None:
+    def _queue_retractions(self, db: sqlite3.Connection, request_id: str, at: float) -> None:
         """Once settled: drop deliveries not yet sent, and queue a retraction where one was."""
-        await db.execute(
+        db.execute(
             "UPDATE deliveries SET status = 'skipped', updated_at = ?"
             " WHERE request_id = ? AND action = 'deliver' AND status = 'queued'",
             (at, request_id),
         )
-        await db.execute(
+        db.execute(
             "INSERT OR IGNORE INTO deliveries (request_id, channel, action, status, created_at, updated_at,"
             " next_attempt_at) SELECT request_id, channel, 'retract', 'queued', ?, ?, ?"
             " FROM deliveries WHERE request_id = ? AND action = 'deliver' AND status = 'sent'",
@@ -469,20 +492,22 @@ class SqliteStore:
         )
 
     async def due_expiries(self, now: float, limit: int = 100) -> list[str]:
-        async with self._read() as db:
-            cursor = await db.execute(
+        def work(db: sqlite3.Connection) -> Any:
+            cursor = db.execute(
                 "SELECT id FROM requests WHERE status = 'pending' AND expires_at <= ?"
                 " ORDER BY expires_at LIMIT ?",
                 (now, limit),
             )
-            return [r["id"] for r in await cursor.fetchall()]
+            return [r["id"] for r in cursor.fetchall()]
+
+        return await self._run(work)
 
     async def next_expiry(self) -> float | None:
-        async with self._read() as db:
-            row = await (
-                await db.execute("SELECT MIN(expires_at) FROM requests WHERE status = 'pending'")
-            ).fetchone()
+        def work(db: sqlite3.Connection) -> Any:
+            row = db.execute("SELECT MIN(expires_at) FROM requests WHERE status = 'pending'").fetchone()
             return row[0]
+
+        return await self._run(work)
 
     # --- deliveries (the outbox) -----------------------------------------------------------
 
@@ -505,19 +530,21 @@ class SqliteStore:
         if ids is not None:
             where += f" AND id IN ({','.join('?' * len(ids))})"
             args.extend(ids)
-        async with self._read() as db:  # a cheap look first: an idle poll takes no write lock
-            due = await (await db.execute(f"SELECT 1 FROM deliveries WHERE {where} LIMIT 1", args)).fetchone()
-        if due is None:
-            return []
-        async with self._write() as db:
-            cursor = await db.execute(
-                f"UPDATE deliveries SET status = 'sending', claimed_at = ?, attempts = attempts + 1,"
-                f" updated_at = ? WHERE id IN (SELECT id FROM deliveries WHERE {where} ORDER BY id LIMIT ?)"
-                " RETURNING *",
-                (now, now, *args, limit),
-            )
-            rows = await cursor.fetchall()
-            return sorted((_delivery(r) for r in rows), key=lambda d: d.id)
+        claim = (
+            "UPDATE deliveries SET status = 'sending', claimed_at = ?, attempts = attempts + 1,"
+            " updated_at = ?"
+            f" WHERE id IN (SELECT id FROM deliveries WHERE {where} ORDER BY id LIMIT ?) RETURNING *"
+        )
+
+        def work(db: sqlite3.Connection) -> Any:
+            # a cheap look first: an idle poll takes no write lock
+            if db.execute(f"SELECT 1 FROM deliveries WHERE {where} LIMIT 1", args).fetchone() is None:
+                return []
+            with _transaction(db):
+                rows = db.execute(claim, (now, now, *args, limit)).fetchall()
+                return sorted((_delivery(r) for r in rows), key=lambda d: d.id)
+
+        return await self._run(work)
 
     async def finish_delivery(
         self,
@@ -530,94 +557,128 @@ class SqliteStore:
         next_attempt_at: float | None = None,
     ) -> None:
         at = now()
-        async with self._write() as db:
-            row = await (await db.execute("SELECT * FROM deliveries WHERE id = ?", (delivery_id,))).fetchone()
-            if row is None:
-                return
-            await db.execute(
-                "UPDATE deliveries SET status = ?, ref = COALESCE(?, ref), detail = ?, error = ?,"
-                " next_attempt_at = COALESCE(?, next_attempt_at), updated_at = ?, claimed_at = NULL"
-                " WHERE id = ?",
-                (status, ref, json.dumps(detail or {}), error, next_attempt_at, at, delivery_id),
-            )
-            noun = "delivery" if row["action"] == "deliver" else "retraction"
-            event = {"sent": f"{row['action']}ed", "failed": f"{noun}_failed"}.get(status)
-            if event is None and error:
-                event = f"{noun}_retry"
-            if event:
-                data: dict[str, Any] = {"channel": row["channel"], "attempt": row["attempts"]}
-                if error:
-                    data["error"] = error
-                await self._append(db, row["request_id"], event, None, data)
-            if status == "sent" and row["action"] == "deliver":
-                state = await (
-                    await db.execute("SELECT status FROM requests WHERE id = ?", (row["request_id"],))
-                ).fetchone()
-                if state is not None and state["status"] not in (Status.PENDING.value, Status.NOTIFIED.value):
-                    # settled while this send was in flight: it needs its retraction too
-                    await self._queue_retractions(db, row["request_id"], at)
+
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                row = db.execute("SELECT * FROM deliveries WHERE id = ?", (delivery_id,)).fetchone()
+                if row is None:
+                    return
+                db.execute(
+                    "UPDATE deliveries SET status = ?, ref = COALESCE(?, ref), detail = ?, error = ?,"
+                    " next_attempt_at = COALESCE(?, next_attempt_at), updated_at = ?, claimed_at = NULL"
+                    " WHERE id = ?",
+                    (status, ref, json.dumps(detail or {}), error, next_attempt_at, at, delivery_id),
+                )
+                noun = "delivery" if row["action"] == "deliver" else "retraction"
+                event = {"sent": f"{row['action']}ed", "failed": f"{noun}_failed"}.get(status)
+                if event is None and error:
+                    event = f"{noun}_retry"
+                if event:
+                    data: dict[str, Any] = {"channel": row["channel"], "attempt": row["attempts"]}
+                    if error:
+                        data["error"] = error
+                    self._append(db, row["request_id"], event, None, data)
+                if status == "sent" and row["action"] == "deliver":
+                    state = db.execute(
+                        "SELECT status FROM requests WHERE id = ?", (row["request_id"],)
+                    ).fetchone()
+                    if state is not None and state["status"] not in (
+                        Status.PENDING.value,
+                        Status.NOTIFIED.value,
+                    ):
+                        # settled while this send was in flight: it needs its retraction too
+                        self._queue_retractions(db, row["request_id"], at)
+
+        return await self._run(work)
 
     async def open_deliveries(self, channel: str) -> list[tuple[Request, DeliveryRow]]:
-        async with self._read() as db:
-            cursor = await db.execute(
+        def work(db: sqlite3.Connection) -> Any:
+            cursor = db.execute(
                 "SELECT d.* FROM deliveries d JOIN requests r ON r.id = d.request_id"
                 " WHERE d.channel = ? AND d.action = 'deliver' AND d.status = 'sent' AND r.status = 'pending'"
                 " ORDER BY r.created_at",
                 (channel,),
             )
-            deliveries = [_delivery(r) for r in await cursor.fetchall()]
+            deliveries = [_delivery(r) for r in cursor.fetchall()]
             requests: dict[str, Request] = {}
             for delivery in deliveries:
-                cursor = await db.execute("SELECT * FROM requests WHERE id = ?", (delivery.request_id,))
-                row = await cursor.fetchone()
+                cursor = db.execute("SELECT * FROM requests WHERE id = ?", (delivery.request_id,))
+                row = cursor.fetchone()
                 requests[delivery.request_id] = _request(row)
-        return [(requests[d.request_id], d) for d in deliveries]
+            return [(requests[d.request_id], d) for d in deliveries]
+
+        return await self._run(work)
 
     async def find_by_ref(self, channel: str, ref: str) -> Request | None:
-        async with self._read() as db:
-            cursor = await db.execute(
+        def work(db: sqlite3.Connection) -> Any:
+            cursor = db.execute(
                 "SELECT r.* FROM deliveries d JOIN requests r ON r.id = d.request_id"
                 " WHERE d.channel = ? AND d.action = 'deliver' AND d.ref = ? ORDER BY d.id DESC LIMIT 1",
                 (channel, ref),
             )
-            row = await cursor.fetchone()
-        return _request(row) if row else None
+            row = cursor.fetchone()
+            return _request(row) if row else None
+
+        return await self._run(work)
 
     async def get_state(self, channel: str, key: str) -> str | None:
-        async with self._read() as db:
-            cursor = await db.execute(
+        def work(db: sqlite3.Connection) -> Any:
+            cursor = db.execute(
                 "SELECT value FROM channel_state WHERE channel = ? AND key = ?", (channel, key)
             )
-            row = await cursor.fetchone()
-        return row[0] if row else None
+            row = cursor.fetchone()
+            return row[0] if row else None
+
+        return await self._run(work)
 
     async def set_state(self, channel: str, key: str, value: str) -> None:
-        async with self._write() as db:
-            await db.execute(
-                "INSERT INTO channel_state (channel, key, value) VALUES (?, ?, ?)"
-                " ON CONFLICT (channel, key) DO UPDATE SET value = excluded.value",
-                (channel, key, value),
-            )
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                db.execute(
+                    "INSERT INTO channel_state (channel, key, value) VALUES (?, ?, ?)"
+                    " ON CONFLICT (channel, key) DO UPDATE SET value = excluded.value",
+                    (channel, key, value),
+                )
+
+        return await self._run(work)
 
     async def first_seen(self, channel: str, external_id: str) -> bool:
-        async with self._write() as db:
-            cursor = await db.execute(
-                "INSERT OR IGNORE INTO seen (channel, external_id, at) VALUES (?, ?, ?)",
-                (channel, external_id, now()),
-            )
-            return cursor.rowcount == 1
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                cursor = db.execute(
+                    "INSERT OR IGNORE INTO seen (channel, external_id, at) VALUES (?, ?, ?)",
+                    (channel, external_id, now()),
+                )
+                return cursor.rowcount == 1
+
+        return await self._run(work)
 
     async def deliveries(self, request_id: str) -> list[DeliveryRow]:
-        async with self._read() as db:
-            cursor = await db.execute(
-                "SELECT * FROM deliveries WHERE request_id = ? ORDER BY id", (request_id,)
-            )
-            return [_delivery(r) for r in await cursor.fetchall()]
+        def work(db: sqlite3.Connection) -> Any:
+            cursor = db.execute("SELECT * FROM deliveries WHERE request_id = ? ORDER BY id", (request_id,))
+            return [_delivery(r) for r in cursor.fetchall()]
+
+        return await self._run(work)
 
     async def replies(self, request_id: str) -> list[ReplyRow]:
-        async with self._read() as db:
-            cursor = await db.execute("SELECT * FROM replies WHERE request_id = ? ORDER BY id", (request_id,))
-            return [_reply(r) for r in await cursor.fetchall()]
+        def work(db: sqlite3.Connection) -> Any:
+            cursor = db.execute("SELECT * FROM replies WHERE request_id = ? ORDER BY id", (request_id,))
+            return [_reply(r) for r in cursor.fetchall()]
+
+        return await self._run(work)
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """One IMMEDIATE transaction: the write lock is taken at BEGIN, so reads inside it are current."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    else:
+        db.execute("COMMIT")
 
 
 def _split_sql(script: str) -> list[str]:
@@ -642,7 +703,7 @@ def _expiry_outcome(request: Request) -> dict[str, Any]:
     return {"answer": request.default_answer}
 
 
-def _request(row: aiosqlite.Row) -> Request:
+def _request(row: sqlite3.Row) -> Request:
     body = json.loads(row["body"])
     approved = row["approved"]
     return Request(
@@ -664,7 +725,7 @@ def _request(row: aiosqlite.Row) -> Request:
     )
 
 
-def _delivery(row: aiosqlite.Row) -> DeliveryRow:
+def _delivery(row: sqlite3.Row) -> DeliveryRow:
     return DeliveryRow(
         id=row["id"],
         request_id=row["request_id"],
@@ -680,7 +741,7 @@ def _delivery(row: aiosqlite.Row) -> DeliveryRow:
     )
 
 
-def _reply(row: aiosqlite.Row) -> ReplyRow:
+def _reply(row: sqlite3.Row) -> ReplyRow:
     return ReplyRow(
         id=row["id"],
         request_id=row["request_id"],
@@ -696,7 +757,7 @@ def _reply(row: aiosqlite.Row) -> ReplyRow:
     )
 
 
-def _audit_row(row: aiosqlite.Row) -> AuditRow:
+def _audit_row(row: sqlite3.Row) -> AuditRow:
     return AuditRow(
         seq=row["seq"],
         at=row["at"],
