@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
-from starlette.routing import BaseRoute
 
 from hitl_mcp.models import Reply, Request
+
+if TYPE_CHECKING:  # config validation imports channel modules: keep them light
+    from starlette.routing import BaseRoute
 
 
 class ChannelConfig(BaseModel):
