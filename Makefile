@@ -25,5 +25,10 @@ test: lint
 bench: $(STAMP)
 	@for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
+# the README's two inbox screenshots (docs/inbox-desktop.png, docs/inbox-phone.png); needs Debian's chromium
+.PHONY: screenshots
+screenshots: $(STAMP)
+	$(PY) scripts/screenshots.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

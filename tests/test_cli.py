@@ -38,7 +38,8 @@ def test_config_error_names_file_line_and_key(tmp_path: Path, state_dir: Path) -
     for verb in (["check"], ["serve"], ["pending"]):
         result = run(state_dir, *verb, "--config", str(path))
         assert result.returncode == 2
-        assert "bad.yaml:3: server.http.prot" in result.stderr and "valid keys: host, port, max_body_bytes" in result.stderr
+        assert "bad.yaml:3: server.http.prot" in result.stderr
+        assert "valid keys: host, port, max_body_bytes" in result.stderr
 
 
 def test_test_channel_delivers_and_names_unknown_channels(state_dir: Path) -> None:

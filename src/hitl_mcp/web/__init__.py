@@ -1,1 +1,13 @@
-"""The one Starlette app: JSON API, inbox page, webhook routes and, over HTTP, MCP itself."""
+"""The one Starlette app: JSON API, inbox pages, live events, webhook routes and, over HTTP, MCP itself.
+
+``api.py`` is the JSON API; ``pages.py`` the server-rendered inbox (Jinja2 templates and the static
+shell under ``templates/`` and ``static/``); ``events.py`` the ``/events`` stream that keeps a page live;
+``views.py`` the pure helpers the pages use; ``auth.py`` the token, session cookie and CSRF token.
+"""
+
+WEB_RESPONDER = "web inbox user"
+
+#: the longest value each reply field may have, in characters (the JSON API and the forms alike)
+REPLY_FIELDS = {"text": 8000, "choice": 200, "decision": 10, "comment": 4000}
+#: the largest reply body accepted, in bytes
+MAX_BODY = 64 * 1024

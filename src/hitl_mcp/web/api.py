@@ -1,31 +1,32 @@
-"""The JSON API and the minimal inbox page.
+"""The JSON API, and ``api_routes``: every route of the web surface (API, inbox pages, events).
 
-``GET /api/requests``, ``GET /api/requests/{id}``, ``POST /api/requests/{id}/reply``, ``GET /``,
-``GET /login``. Every route but ``/healthz`` needs the web token; a request without it changes
-nothing. Status codes: 401 no credentials, 404 unknown id, 409 no longer pending (the body says
-who answered, how and when), 422 a reply that does not fit the request.
+``GET /api/requests``, ``GET /api/requests/{id}``, ``POST /api/requests/{id}/reply``; the pages
+(``/``, ``/login``, ``/requests/{id}``, ``/history``...) are in ``pages.py`` and ``/events`` in
+``events.py``. Every route but ``/healthz`` and the static shell needs the web token; a request
+without it changes nothing. Status codes: 401 no credentials, 404 unknown id, 409 no longer pending
+(the body says who answered, how and when), 422 a reply that does not fit the request.
 """
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request as HttpRequest
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
 
 from hitl_mcp import __version__
 from hitl_mcp.broker import Broker, NotFound, ReplyInvalid
 from hitl_mcp.models import Kind, Reply, Request, Status, iso
 from hitl_mcp.results import to_outcome
-from hitl_mcp.web.auth import COOKIE, WebAuth
+from hitl_mcp.web import MAX_BODY, REPLY_FIELDS, WEB_RESPONDER
+from hitl_mcp.web.auth import WebAuth
+from hitl_mcp.web.events import event_routes
+from hitl_mcp.web.pages import page_routes
 
-MAX_BODY = 64 * 1024
-REPLY_FIELDS = {"text": 8000, "choice": 200, "decision": 10, "comment": 4000}
-WEB_RESPONDER = "web inbox user"
+__all__ = ["MAX_BODY", "REPLY_FIELDS", "WEB_RESPONDER", "api_routes", "error", "healthz", "request_json"]
 
 GetBroker = Callable[[], Awaitable[Broker]]
 
@@ -59,7 +60,16 @@ def request_json(request: Request) -> dict[str, Any]:
     return data
 
 
-def api_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[Route]:
+def api_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[BaseRoute]:
+    """The JSON API, the inbox pages, ``/events`` and the static shell."""
+    return (
+        json_routes(get_broker, auth, web_channel)
+        + page_routes(get_broker, auth, web_channel)
+        + event_routes(get_broker, auth)
+    )
+
+
+def json_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[BaseRoute]:
     async def list_requests(http: HttpRequest) -> Response:
         if not auth.can_read(http):
             return error(401, "missing or wrong web token")
@@ -165,32 +175,7 @@ def api_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[R
             )
         return JSONResponse({"ok": True, "request": outcome})
 
-    async def inbox(http: HttpRequest) -> Response:
-        if not auth.can_read(http):
-            return HTMLResponse(
-                _page("Sign in", "<p>Open the login link the server printed at start.</p>"), 401
-            )
-        broker = await get_broker()
-        pending = await broker.store.list(Status.PENDING, 200)
-        items = "".join(
-            f'<li data-id="{r.id}"><strong>{html.escape(r.kind.value)}</strong> '
-            f"{html.escape(r.text)}<br><small>{html.escape(r.client_name or 'agent')} · "
-            f"via {html.escape(', '.join(r.channels))} · id {r.id}</small></li>"
-            for r in pending
-        )
-        body = f"<h1>Pending ({len(pending)})</h1><ul>{items or '<li>Nothing is waiting for you.</li>'}</ul>"
-        return HTMLResponse(_page(f"({len(pending)}) hitl-mcp inbox", body))
-
-    async def login(http: HttpRequest) -> Response:
-        if not auth.check_token(http.query_params.get("token")):
-            return HTMLResponse(_page("Sign in", "<p>That login link is not valid.</p>"), 401)
-        response = RedirectResponse("/", status_code=303)
-        response.set_cookie(COOKIE, auth.session_cookie, httponly=True, samesite="strict", path="/")
-        return response
-
     return [
-        Route("/", inbox, methods=["GET"]),
-        Route("/login", login, methods=["GET"]),
         Route("/api/requests", list_requests, methods=["GET"]),
         Route("/api/requests/{id}", show_request, methods=["GET"]),
         Route("/api/requests/{id}/reply", reply, methods=["POST"]),
@@ -199,11 +184,3 @@ def api_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[R
 
 async def healthz(_: HttpRequest) -> Response:
     return JSONResponse({"status": "ok", "version": __version__})
-
-
-def _page(title: str, body: str) -> str:
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{html.escape(title)}</title></head><body>{body}</body></html>"
-    )

@@ -1,0 +1,183 @@
+"""What the inbox pages show, as plain functions over requests: no I/O, so each is easy to test."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from hitl_mcp.models import Kind, Request, Status
+
+HISTORY_STATUSES = (Status.ANSWERED, Status.EXPIRED, Status.CANCELLED)
+HISTORY_KINDS = (Kind.QUESTION, Kind.APPROVAL)
+
+
+def ago(ts: float | None, now: float) -> str:
+    if ts is None:
+        return ""
+    seconds = max(0.0, now - ts)
+    if seconds < 45:
+        return "just now"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min ago"
+    hours = round(seconds / 3600)
+    if hours < 48:
+        return f"{hours} h ago"
+    return f"{round(seconds / 86400)} d ago"
+
+
+def time_left(expires_at: float | None, now: float) -> str:
+    if expires_at is None:
+        return "no expiry"
+    seconds = expires_at - now
+    if seconds <= 0:
+        return "expiring"
+    if seconds < 60:
+        return f"{int(seconds)} s left"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min left"
+    hours, rest = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {rest:02d} min left" if rest else f"{hours} h left"
+    return f"{round(seconds / 86400)} d left"
+
+
+def expires_soon(expires_at: float | None, now: float) -> bool:
+    return expires_at is not None and expires_at - now < 300
+
+
+def clock(ts: float | None) -> str:
+    """An absolute time for people (the page rewrites it in the reader's own zone)."""
+    if ts is None:
+        return ""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def pretty_json(value: Any) -> str:
+    """The payload as the person should read it: sorted keys, like the canonical form that is hashed."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def agent_name(request: Request) -> str:
+    return request.client_name or "unknown agent"
+
+
+def session_label(session_key: str | None) -> str:
+    """A short, stable tag for an MCP session, without showing its id."""
+    if not session_key:
+        return ""
+    return hashlib.sha256(session_key.encode()).hexdigest()[:6]
+
+
+@dataclass
+class AgentGroup:
+    agent: str
+    session: str
+    requests: list[Request] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.agent}/{self.session}"
+
+
+def agent_groups(requests: Iterable[Request]) -> list[AgentGroup]:
+    """Newest first, grouped by agent (client name and session); the group with the newest request first."""
+    groups: dict[tuple[str, str], AgentGroup] = {}
+    for request in sorted(requests, key=lambda r: r.created_at, reverse=True):
+        key = (agent_name(request), session_label(request.session_key))
+        if key not in groups:
+            groups[key] = AgentGroup(*key)
+        groups[key].requests.append(request)
+    return list(groups.values())
+
+
+def outcome_line(request: Request) -> str:
+    """The outcome in a few words, e.g. 'Approved by web inbox user via web'."""
+    by = f" by {request.responder}" if request.responder else ""
+    via = f" via {request.channel}" if request.channel else ""
+    if request.status == Status.PENDING:
+        return "Waiting for an answer"
+    if request.status == Status.ANSWERED:
+        if request.kind == Kind.APPROVAL:
+            return f"{'Approved' if request.approved else 'Denied'}{by}{via}"
+        return f"Answered{by}{via}"
+    if request.status == Status.EXPIRED:
+        if request.kind == Kind.APPROVAL:
+            return "Expired with no answer: not approved"
+        if request.answer is not None:
+            return "Expired with no answer: the default answer applied"
+        return "Expired with no answer"
+    if request.status == Status.CANCELLED:
+        return f"Withdrawn by {request.responder or 'the agent'}"
+    return "Notification"
+
+
+def already_line(request: Request) -> str:
+    """Why a late answer changed nothing: who settled the request, how and when."""
+    at = clock(request.closed_at)
+    if request.status == Status.ANSWERED:
+        return f"Already answered by {request.responder} via {request.channel} at {at}."
+    if request.status == Status.EXPIRED:
+        return f"Already expired at {at}, with no answer."
+    if request.status == Status.CANCELLED:
+        return f"Already withdrawn by {request.responder or 'the agent'} at {at}."
+    return "A notification takes no answer."
+
+
+@dataclass(frozen=True)
+class HistoryFilter:
+    """The history page's search: free text, kind, status and agent (empty means any)."""
+
+    q: str = ""
+    kind: str = ""
+    status: str = ""
+    agent: str = ""
+
+    @classmethod
+    def from_query(cls, params: Mapping[str, str]) -> HistoryFilter:
+        kind = params.get("kind", "")
+        status = params.get("status", "")
+        return cls(
+            q=params.get("q", "").strip()[:200],
+            kind=kind if kind in {k.value for k in HISTORY_KINDS} else "",
+            status=status if status in {s.value for s in HISTORY_STATUSES} else "",
+            agent=params.get("agent", "").strip()[:200],
+        )
+
+    @property
+    def active(self) -> bool:
+        return bool(self.q or self.kind or self.status or self.agent)
+
+    def matches(self, request: Request) -> bool:
+        if request.status not in HISTORY_STATUSES or request.kind not in HISTORY_KINDS:
+            return False
+        if self.kind and request.kind.value != self.kind:
+            return False
+        if self.status and request.status.value != self.status:
+            return False
+        if self.agent and agent_name(request) != self.agent:
+            return False
+        if self.q:
+            haystack = " ".join(
+                str(part)
+                for part in (
+                    request.id,
+                    request.text,
+                    request.title,
+                    request.details,
+                    request.context,
+                    request.answer,
+                    request.comment,
+                    request.responder,
+                    request.channel,
+                    agent_name(request),
+                )
+                if part
+            ).casefold()
+            return all(word in haystack for word in self.q.casefold().split())
+        return True

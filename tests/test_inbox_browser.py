@@ -1,0 +1,461 @@
+"""The web inbox in real headless Chromium (Debian's ``chromium``, driven by Playwright for Python).
+
+The server is the whole HTTP app under uvicorn on a loopback port, in this event loop; requests are
+made through the MCP client at ``/mcp`` and answered on the page, and the answer must come back to
+the waiting MCP call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+
+from tests.conftest import ROOT, TOKEN
+from tests.test_inbox_pages import Inbox, serve_inbox
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-quic",
+    "--disable-sync",
+]
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists() and not os.environ.get("CI"),
+        reason=f"no Debian chromium at {CHROMIUM} (apt-get install chromium); these tests always run in CI",
+    ),
+]
+
+playwright_api = pytest.importorskip("playwright.async_api")
+from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect  # noqa: E402
+
+expect.set_options(timeout=10_000)
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    """One Chromium for the module; each test has its own context (cookies, storage, workers)."""
+    async with async_playwright() as pw:
+        chromium = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            await chromium.close()
+
+
+@contextlib.asynccontextmanager
+async def inbox_and_page(
+    state_dir: Path, browser: Browser, **context: Any
+) -> AsyncIterator[tuple[Inbox, BrowserContext, Page]]:
+    """A server, and a page signed in through the login link and following /events."""
+    async with serve_inbox(state_dir) as inbox:
+        ctx = await browser.new_context(**context)
+        try:
+            page = await ctx.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            await page.goto(f"{inbox.url}/login?token={TOKEN}")
+            await expect(page.locator("#live")).to_have_attribute("data-state", "on")
+            yield inbox, ctx, page
+            assert errors == [], errors
+        finally:
+            await ctx.close()
+
+
+def sc(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    return result.structured_content
+
+
+class Call:
+    """A blocking MCP tool call running in the background while the test drives the page."""
+
+    def __init__(self, client: Client, tool: str, args: dict[str, Any]) -> None:
+        self.client, self.tool, self.args = client, tool, {"wait_seconds": 40, **args}
+        self.result: dict[str, Any] = {}
+        self.done = anyio.Event()
+
+    async def run(self) -> None:
+        self.result = sc(await self.client.call_tool(self.tool, self.args))
+        self.done.set()
+
+    async def outcome(self) -> dict[str, Any]:
+        with anyio.fail_after(15):
+            await self.done.wait()
+        return self.result
+
+
+async def pending_ids(inbox: Inbox) -> list[str]:
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        r = await http.get(f"{inbox.url}/api/requests", params={"status": "pending"})
+        return [item["id"] for item in r.json()["requests"]]
+
+
+async def api_get(inbox: Inbox, path: str) -> dict[str, Any]:
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        return (await http.get(f"{inbox.url}{path}")).json()
+
+
+async def test_login_link_sets_a_strict_http_only_cookie_and_drops_the_token(
+    state_dir: Path, browser: Browser
+) -> None:
+    async with inbox_and_page(state_dir, browser) as (inbox, ctx, page):
+        assert page.url == f"{inbox.url}/"
+        assert TOKEN not in page.url
+        cookies = {c["name"]: c for c in await ctx.cookies()}
+        session = cookies["hitl_session"]
+        assert session["httpOnly"] and session["sameSite"] == "Strict" and TOKEN not in session["value"]
+        assert await page.evaluate("document.cookie") == ""  # script cannot read it
+        await expect(page.get_by_role("heading", name="Waiting for you")).to_be_visible()
+        await expect(page.get_by_text("Nothing is waiting for you.")).to_be_visible()
+        stranger = await browser.new_context()
+        try:
+            other = await stranger.new_page()
+            response = await other.goto(f"{inbox.url}/")
+            assert response is not None and response.status == 401
+            await expect(other.get_by_role("heading", name="Sign in to the inbox")).to_be_visible()
+            response = await other.goto(f"{inbox.url}/login?token=wrong")
+            assert response is not None and response.status == 401
+        finally:
+            await stranger.close()
+
+
+ANSWERS = {
+    "text": ("ask_user", {"question": "Which colour for the button?"}),
+    "choice": ("ask_user", {"question": "Which region?", "choices": ["eu-west-1", "us-east-1"]}),
+    "approve": ("request_approval", {"action": "Deploy v2", "payload": {"tag": "v2"}, "risk": "high"}),
+    "deny": ("request_approval", {"action": "Drop the users table", "payload": {"sql": "DROP TABLE users"}}),
+}
+
+
+@pytest.mark.parametrize("how", list(ANSWERS))
+async def test_mcp_request_appears_live_and_the_page_answer_returns_to_the_agent(
+    state_dir: Path, browser: Browser, how: str
+) -> None:
+    tool, args = ANSWERS[how]
+    text = args.get("question") or args["action"]
+    async with (
+        inbox_and_page(state_dir, browser) as (inbox, _, page),
+        Client(f"{inbox.url}/mcp", mode="legacy") as client,
+        anyio.create_task_group() as tg,
+    ):
+        await page.evaluate("window.__sameDocument = true")
+        call = Call(client, tool, args)
+        tg.start_soon(call.run)
+        card = page.locator("article.card", has_text=text)
+        await expect(card).to_be_visible()
+        await expect(page).to_have_title("(1) Inbox · hitl-mcp")
+        assert await page.evaluate("window.__sameDocument") is True  # it came in live, not by a reload
+        if how == "text":
+            await card.get_by_label("Your answer").fill("Indigo, like the logo")
+            await card.get_by_role("button", name="Send").click()
+        elif how == "choice":
+            await card.get_by_role("button", name="us-east-1").click()
+        elif how == "approve":
+            await expect(card.locator("pre")).to_contain_text('"tag": "v2"')
+            await card.get_by_role("button", name="Approve").click()
+        else:
+            await card.get_by_label("Comment").fill("Not on a Friday")
+            await card.get_by_role("button", name="Deny").click()
+        result = await call.outcome()
+        assert result["status"] == "answered"
+        assert result["channel"] == "web" and result["responder"] == "web inbox user"
+        expected = {
+            "text": {"answer": "Indigo, like the logo"},
+            "choice": {"answer": "us-east-1", "choice": "us-east-1"},
+            "approve": {"approved": True},
+            "deny": {"approved": False, "comment": "Not on a Friday"},
+        }[how]
+        assert {k: result[k] for k in expected} == expected
+        await expect(card).to_have_count(0)
+        await expect(page).to_have_title("Inbox · hitl-mcp")
+        await expect(page.locator("#toasts")).to_contain_text(text)
+        assert await page.evaluate("window.__sameDocument") is True
+
+
+async def test_requests_answered_elsewhere_leave_the_page_live(state_dir: Path, browser: Browser) -> None:
+    async with (
+        inbox_and_page(state_dir, browser) as (inbox, _, page),
+        Client(f"{inbox.url}/mcp", mode="legacy") as client,
+    ):
+        await page.evaluate("window.__sameDocument = true")
+        first = sc(await client.call_tool("ask_user", {"question": "Tabs or spaces?", "wait_seconds": 0}))
+        second = sc(
+            await client.call_tool("request_approval", {"action": "Restart the worker", "wait_seconds": 0})
+        )
+        third = sc(
+            await client.call_tool("ask_user", {"question": "Name of the release?", "wait_seconds": 0})
+        )
+        await expect(page.locator("article.card")).to_have_count(3)
+        await expect(page).to_have_title("(3) Inbox · hitl-mcp")
+        # a reply half typed in the third card must survive the page following the others
+        draft = page.locator(f"#r-{third['request_id']} textarea")
+        await draft.fill("Aurora")
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+            r = await http.post(
+                f"{inbox.url}/api/requests/{first['request_id']}/reply", json={"text": "spaces"}
+            )
+            assert r.status_code == 200
+        await expect(page.locator(f"#r-{first['request_id']}")).to_have_count(0)
+        await expect(page).to_have_title("(2) Inbox · hitl-mcp")
+        await expect(page.locator("#toasts")).to_contain_text(
+            "“Tabs or spaces?” was answered by web inbox user via web"
+        )
+        # another process (the terminal) sharing the database
+        await anyio.to_thread.run_sync(
+            lambda: subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "hitl_mcp",
+                    "approve",
+                    second["request_id"],
+                    "--state-dir",
+                    str(state_dir),
+                ],
+                cwd=ROOT,
+                env={k: v for k, v in os.environ.items() if not k.startswith("HITL_")},
+                check=True,
+                capture_output=True,
+            )
+        )
+        await expect(page.locator(f"#r-{second['request_id']}")).to_have_count(0)
+        await expect(page).to_have_title("(1) Inbox · hitl-mcp")
+        await expect(page.locator("#toasts")).to_contain_text("“Restart the worker” was approved by")
+        await expect(draft).to_have_value("Aurora")
+        assert await page.evaluate("window.__sameDocument") is True
+        done = sc(await client.call_tool("wait_for_response", {"request_id": second["request_id"]}))
+        assert done["approved"] is True and done["channel"] == "cli"
+
+
+async def test_post_without_csrf_token_or_without_cookie_is_refused_and_changes_nothing(
+    state_dir: Path, browser: Browser
+) -> None:
+    async with (
+        inbox_and_page(state_dir, browser) as (inbox, ctx, page),
+        Client(f"{inbox.url}/mcp", mode="legacy") as client,
+    ):
+        rid = sc(await client.call_tool("ask_user", {"question": "Proceed?", "wait_seconds": 0}))[
+            "request_id"
+        ]
+        await expect(page.locator(f"#r-{rid}")).to_be_visible()
+        url = f"{inbox.url}/requests/{rid}/answer"
+        csrf = await page.locator('meta[name="csrf-token"]').get_attribute("content")
+        assert csrf
+        # with the cookie (sent by the browser) but without the CSRF token: what a cross-site form can do
+        status = await page.evaluate(
+            "async (url) => (await fetch(url, {method: 'POST', body: new URLSearchParams({text: 'yes'})}))"
+            ".status",
+            url,
+        )
+        assert status == 403
+        refused = await ctx.request.post(url, form={"text": "yes", "csrf": "not-the-token"})
+        assert refused.status == 403
+        # with the CSRF token but without the cookie
+        stranger = await browser.new_context()
+        try:
+            refused = await stranger.request.post(url, form={"text": "yes", "csrf": csrf})
+            assert refused.status == 401
+        finally:
+            await stranger.close()
+        shown = await api_get(inbox, f"/api/requests/{rid}")
+        assert shown["status"] == "pending" and shown["replies"] == []
+        await expect(page.locator(f"#r-{rid}")).to_be_visible()
+
+
+async def test_phone_width_has_no_horizontal_scroll(state_dir: Path, browser: Browser) -> None:
+    phone = {"viewport": {"width": 375, "height": 740}, "is_mobile": True, "has_touch": True}
+    async with (
+        inbox_and_page(state_dir, browser, **phone) as (inbox, _, page),
+        Client(f"{inbox.url}/mcp", mode="legacy") as client,
+    ):
+        long_word = "x" * 300
+        await client.call_tool(
+            "ask_user",
+            {
+                "question": f"A long one {long_word}?",
+                "context": long_word,
+                "choices": ["a" * 120, "b"],
+                "wait_seconds": 0,
+            },
+        )
+        await client.call_tool(
+            "request_approval",
+            {
+                "action": "Run a very long command",
+                "details": long_word,
+                "payload": {"argv": ["--flag"] * 40, "blob": long_word},
+                "risk": "high",
+                "wait_seconds": 0,
+            },
+        )
+        await client.call_tool("notify_user", {"message": f"Heads up {long_word}", "title": "Note"})
+        await expect(page.locator("article.card")).to_have_count(2)
+        await expect(page.locator(".note")).to_have_count(1)
+        await expect(page.locator("article.card").first).to_contain_text("Run a very long command")
+        rid, other = await pending_ids(inbox)
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+            await http.post(
+                f"{inbox.url}/api/requests/{other}/reply", json={"decision": "deny", "comment": long_word}
+            )
+        for path in ["/", f"/requests/{rid}", f"/requests/{other}", "/history"]:
+            await page.goto(f"{inbox.url}{path}")
+            width = await page.evaluate("document.scrollingElement.scrollWidth")
+            assert width <= 375, (path, width)
+        await page.goto(f"{inbox.url}/")
+        for button in await page.locator("article.card button").all():
+            box = await button.bounding_box()
+            assert box is not None and box["height"] >= 44, await button.inner_text()
+
+
+async def test_keyboard_approve_and_deny(state_dir: Path, browser: Browser) -> None:
+    async with (
+        inbox_and_page(state_dir, browser) as (inbox, _, page),
+        Client(f"{inbox.url}/mcp", mode="legacy") as client,
+        anyio.create_task_group() as tg,
+    ):
+        approve = Call(client, "request_approval", {"action": "Merge the PR", "payload": {"pr": 12}})
+        tg.start_soon(approve.run)
+        card = page.locator("article.card", has_text="Merge the PR")
+        await expect(card).to_be_visible()
+        await page.keyboard.press("j")
+        await expect(card).to_have_class(_has("selected"))
+        await page.keyboard.press("a")
+        result = await approve.outcome()
+        assert result["approved"] is True and result["channel"] == "web"
+        await expect(card).to_have_count(0)
+
+        deny = Call(client, "request_approval", {"action": "Force-push main"})
+        tg.start_soon(deny.run)
+        card = page.locator("article.card", has_text="Force-push main")
+        await expect(card).to_be_visible()
+        await page.keyboard.press("j")
+        await page.keyboard.press("r")
+        await expect(card.get_by_label("Comment")).to_be_focused()
+        await page.keyboard.type("Never on main")
+        await page.keyboard.press("Escape")
+        await page.keyboard.press("d")
+        result = await deny.outcome()
+        assert result["approved"] is False and result["comment"] == "Never on main"
+
+        await page.keyboard.press("?")
+        await expect(page.get_by_role("dialog", name="Keyboard shortcuts")).to_be_visible()
+        await page.keyboard.press("Escape")
+        await page.keyboard.press("/")
+        await expect(page.locator("#top-search")).to_be_focused()
+
+
+async def test_late_answer_without_javascript_shows_who_answered(state_dir: Path, browser: Browser) -> None:
+    async with serve_inbox(state_dir) as inbox:
+        ctx = await browser.new_context(java_script_enabled=False)
+        try:
+            page = await ctx.new_page()
+            await page.goto(f"{inbox.url}/login?token={TOKEN}")
+            async with Client(f"{inbox.url}/mcp", mode="legacy") as client:
+                rid = sc(await client.call_tool("ask_user", {"question": "Ship?", "wait_seconds": 0}))[
+                    "request_id"
+                ]
+                other = sc(await client.call_tool("ask_user", {"question": "Name?", "wait_seconds": 0}))
+            await page.goto(f"{inbox.url}/requests/{rid}")
+            await page.get_by_label("Your answer").fill("yes")
+            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+                r = await http.post(f"{inbox.url}/api/requests/{rid}/reply", json={"text": "no"})
+                assert r.status_code == 200
+            await page.get_by_role("button", name="Send").click()
+            await expect(page.get_by_role("heading", name="Your answer was not used")).to_be_visible()
+            await expect(page.locator(".already-line")).to_contain_text(
+                "Already answered by web inbox user via web at"
+            )
+            shown = await api_get(inbox, f"/api/requests/{rid}")
+            assert shown["outcome"]["answer"] == "no"
+            # and without JavaScript, a plain form POST answers and lands on the request's page
+            await page.goto(f"{inbox.url}/requests/{other['request_id']}")
+            await page.get_by_label("Your answer").fill("Aurora")
+            await page.get_by_role("button", name="Send").click()
+            await expect(page.locator(".outcome")).to_contain_text("Answered by web inbox user via web")
+            assert page.url == f"{inbox.url}/requests/{other['request_id']}"
+        finally:
+            await ctx.close()
+
+
+async def test_notifications_appear_live_and_dismiss(state_dir: Path, browser: Browser) -> None:
+    async with (
+        inbox_and_page(state_dir, browser) as (inbox, _, page),
+        Client(f"{inbox.url}/mcp", mode="legacy") as client,
+    ):
+        result = sc(
+            await client.call_tool(
+                "notify_user", {"message": "Backup done", "title": "Nightly", "level": "success"}
+            )
+        )
+        note = page.locator(".note", has_text="Backup done")
+        await expect(note).to_be_visible()
+        await note.get_by_role("button", name="Dismiss").click()
+        await expect(note).to_have_count(0)
+        await page.reload()
+        await expect(page.get_by_text("No notifications.")).to_be_visible()
+        shown = await api_get(inbox, f"/api/requests/{result['request_id']}")
+        assert "dismissed" in [a["event"] for a in shown["audit"]]
+
+
+async def test_system_notification_and_service_worker(state_dir: Path, browser: Browser) -> None:
+    async with (
+        inbox_and_page(state_dir, browser) as (inbox, ctx, page),
+        Client(f"{inbox.url}/mcp", mode="legacy") as client,
+    ):
+        registered = await page.evaluate(
+            "navigator.serviceWorker.ready.then((r) => r.active && new URL(r.active.scriptURL).pathname)"
+        )
+        assert registered == "/sw.js"
+        # a stand-in for the browser's Notification, as if the person had allowed it and looked away
+        await page.evaluate(
+            """() => {
+                window.__shown = [];
+                window.Notification = class {
+                    static permission = "granted";
+                    constructor(title, options) { window.__shown.push([title, options.body]); }
+                };
+                document.hasFocus = () => false;
+                Object.defineProperty(navigator, "serviceWorker", {value: undefined});
+            }"""
+        )
+        await client.call_tool("ask_user", {"question": "Coffee or tea?", "wait_seconds": 0})
+        await expect(page.locator("article.card", has_text="Coffee or tea?")).to_be_visible()
+        await page.wait_for_function("window.__shown.length > 0")
+        shown = await page.evaluate("window.__shown")
+        assert shown[0][1] == "Coffee or tea?" and shown[0][0].startswith("Question from ")
+        cached = await page.evaluate(
+            "caches.keys().then(async (keys) => (await Promise.all(keys.map(async (k) =>"
+            " (await (await caches.open(k)).keys()).map((r) => new URL(r.url).pathname)))).flat())"
+        )
+        assert cached and all(path.startswith("/static/") for path in cached), cached
+        manifest = await (await ctx.request.get(f"{inbox.url}/manifest.webmanifest")).json()
+        assert manifest["display"] == "standalone" and any(i["sizes"] == "512x512" for i in manifest["icons"])
+
+
+def _has(name: str) -> Any:
+    import re
+
+    return re.compile(rf"(^|\s){re.escape(name)}(\s|$)")
