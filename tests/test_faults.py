@@ -118,6 +118,7 @@ async def test_sigkill_with_replies_in_flight(tmp_path: Path, state_dir: Path) -
     assert winners == {rid: 1 for rid in ids}  # each answered exactly once
     sends = db.execute(
         "SELECT request_id, channel, COUNT(*), SUM(attempts) FROM deliveries WHERE action = 'deliver'"
+        " AND channel = 'web'"
         " GROUP BY request_id, channel"
     ).fetchall()
     assert len(sends) == 100 and all(count == 1 and attempts == 1 for _, _, count, attempts in sends)

@@ -103,8 +103,9 @@ class Channel:
     """Base class: override ``deliver``; the rest is optional."""
 
     type: ClassVar[str] = ""
-    #: whether a person can answer through this channel (False for notify-only channels)
-    answerable: ClassVar[bool] = True
+    #: whether a person can answer through this channel (False for notify-only channels); may be
+    #: set per instance (e.g. an email channel with neither IMAP nor answer links)
+    answerable: bool = True
     #: routes are mounted at /webhooks/<channel name>/; also at /webhooks/<webhook_alias>/ when this
     #: is the only channel of its type (e.g. "slack", "twilio"), as providers' docs expect
     webhook_alias: ClassVar[str | None] = None
