@@ -93,6 +93,7 @@ class Broker:
         self.public_url = public_url
         self.outbox = Outbox(store, self.channels)
         self._waiters: dict[str, set[anyio.Event]] = {}
+        self._just_settled: dict[str, Request] = {}  # handed to this process's waiters: no re-read
         self._expiry_wake = anyio.Event()
         self._waiters_present = anyio.Event()
         self._listeners: set[Callable[[str, str], None]] = set()
@@ -250,7 +251,7 @@ class Broker:
                     step = min(step, until_expiry)
                 with anyio.move_on_after(step):
                     await event.wait()
-                request = await self.get_or_raise(request_id)
+                request = self._just_settled.get(request_id) or await self.get_or_raise(request_id)
                 if request.status != Status.PENDING:
                     break
                 if event.is_set():  # a delivery failed: stop waiting if nobody can be reached
@@ -268,6 +269,7 @@ class Broker:
                 waiters.discard(event)
                 if not waiters:
                     del self._waiters[request_id]
+                    self._just_settled.pop(request_id, None)
 
     async def get(self, request_id: str) -> Request | None:
         return await self.store.get(request_id)
@@ -321,7 +323,7 @@ class Broker:
         if settled is None:
             raise NotFound(f"no request with id {request_id!r}")
         if settled.won or settled.request.status != request.status:
-            self._settled(request_id, settled.request.status.value)
+            self._settled(settled.request)
         reason = "" if settled.won else _already(settled.request)
         return ResolveResult(settled.won, settled.request, reason)
 
@@ -333,7 +335,7 @@ class Broker:
         settled = await self.store.close_request(request_id, Status.CANCELLED, actor, outcome)
         assert settled is not None
         if settled.won or settled.request.status != request.status:
-            self._settled(request_id, settled.request.status.value)
+            self._settled(settled.request)
         return settled.request
 
     async def expire(self, request_id: str) -> Request:
@@ -346,15 +348,17 @@ class Broker:
         settled = await self.store.close_request(request_id, Status.EXPIRED, "expiry", outcome)
         assert settled is not None
         if settled.won:
-            self._settled(request_id, "expired")
+            self._settled(settled.request)
         return settled.request
 
     async def caller_left(self, request_id: str, client_name: str | None, waited: float) -> None:
         """The host cancelled the call or went away; the request stays answerable."""
         await self.store.record(request_id, "caller_left", client_name, {"waited_seconds": round(waited, 3)})
 
-    def _settled(self, request_id: str, event: str) -> None:
-        self._publish(request_id, event)
+    def _settled(self, request: Request) -> None:
+        if request.id in self._waiters:
+            self._just_settled[request.id] = request
+        self._publish(request.id, request.status.value)
         self.outbox.kick()
 
 
