@@ -381,7 +381,7 @@ async def test_long_text_is_cut_with_a_link_and_cannot_ping_the_channel(
         assert section.startswith(
             "<!subteam^S0ONCALL> &lt;!channel&gt; &amp; &lt;https://evil.example|click&gt; x"
         )
-        assert section.endswith(f"…\n<{PUBLIC}/?request={request.id}|Read the whole request in the inbox>")
+        assert section.endswith(f"…\n<{PUBLIC}/requests/{request.id}|Read the whole request in the inbox>")
         assert "<!channel>" not in message.all_text() and "<https://evil" not in message.all_text()
         assert message.text.startswith("<!subteam^S0ONCALL> Question: &lt;!channel&gt;")
         context = message.blocks[2]["elements"][0]["text"]

@@ -493,7 +493,7 @@ def render(
     """The Block Kit blocks for a request; with ``outcome``, the settled form (no buttons)."""
     rid = request.id
     blocks: list[dict[str, Any]] = [_header(request)]
-    link = f"\n<{public_url}/?request={rid}|Read the whole request in the inbox>" if public_url else ""
+    link = f"\n<{public_url}/requests/{rid}|Read the whole request in the inbox>" if public_url else ""
     lead = f"{mention} " if mention else ""
     if request.kind == Kind.APPROVAL:
         blocks.append(_section(f"{lead}*Action:* {_esc(request.text)}", link, raw=True))
