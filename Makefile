@@ -4,6 +4,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# the Node clients of tests/test_ts_client.py, exactly as locked
+TS_DEPS := tests/ts/node_modules/.package-lock.json
 
 .PHONY: run test lint bench clean
 
@@ -12,6 +14,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --disable-pip-version-check -q -e '.[test]'
 	rm -f $(VENV)/.installed-* && touch $@
 
+$(TS_DEPS): tests/ts/package.json tests/ts/package-lock.json
+	npm ci --prefix tests/ts --no-audit --no-fund
+	touch $@
+
 run: $(STAMP)
 	$(VENV)/bin/hitl-mcp serve --transport http
 
@@ -19,7 +25,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check
 	$(PY) -m ruff format --check
 
-test: lint
+test: lint $(TS_DEPS)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
@@ -31,4 +37,4 @@ screenshots: $(STAMP)
 	$(PY) scripts/screenshots.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache tests/ts/node_modules

@@ -13,6 +13,7 @@ from pydantic import SecretStr, ValidationError, field_validator
 
 import hitl_mcp.config as config_module
 from hitl_mcp.channels import channel_types
+from hitl_mcp.channels import elicitation as elicitation_channel
 from hitl_mcp.channels import web as web_channel
 from hitl_mcp.channels.base import ChannelConfig
 from hitl_mcp.config import (
@@ -55,15 +56,16 @@ def test_embedded_default() -> None:
     assert config.server.log_level == "info"
     assert config.defaults.heartbeat_seconds == 10
     assert config.defaults.max_block_seconds is None
-    assert config.defaults.ask_user.channels == ["web"]
+    assert config.defaults.ask_user.channels == ["web", "elicitation"]
     assert config.defaults.ask_user.timeout == 24 * 3600
-    assert config.defaults.request_approval.channels == ["web"]
+    assert config.defaults.request_approval.channels == ["web", "elicitation"]
     assert config.defaults.request_approval.timeout == 3600
     assert config.defaults.notify_user.channels == ["web"]
     assert config.hosts == {}
-    assert config.channel_names() == ["web"]
+    assert config.channel_names() == ["web", "elicitation"]
     assert type(config.channels["web"]) is web_channel.Config
     assert config.channels["web"].token is None
+    assert type(config.channels["elicitation"]) is elicitation_channel.Config
 
 
 def test_minimal_yaml_is_the_embedded_default() -> None:
@@ -73,6 +75,7 @@ def test_minimal_yaml_is_the_embedded_default() -> None:
     assert config.model_dump() == load_config(None).model_dump()
     assert effective_config(config) == effective_config(load_config(None))
     assert type(config.channels["web"]) is web_channel.Config
+    assert type(config.channels["elicitation"]) is elicitation_channel.Config
 
 
 def test_starter_yaml_loads() -> None:
@@ -80,7 +83,7 @@ def test_starter_yaml_loads() -> None:
     assert text.startswith("# hitl-mcp config")
     assert text == (ROOT / "src" / "hitl_mcp" / "starter.yaml").read_text(encoding="utf-8")
     config = parse_config(text, source="hitl.yaml", env={"HITL_INBOX_TOKEN": "x" * 24})
-    assert config.channel_names() == ["web"]
+    assert config.channel_names() == ["web", "elicitation"]
     assert effective_config(config) == effective_config(load_config(None))
 
 
@@ -380,7 +383,7 @@ def test_default_web_channel_is_gone_when_channels_are_given() -> None:
 def test_config_built_in_code_is_cross_checked_too() -> None:
     with pytest.raises(ValidationError, match="unknown channel 'web'"):
         Config.model_validate({"channels": {"inbox": web_channel.Config()}})
-    assert Config.model_validate({}).channel_names() == ["web"]
+    assert Config.model_validate({}).channel_names() == ["web", "elicitation"]
 
 
 # ------------------------------------------------------------------------------------ interpolation
@@ -628,7 +631,7 @@ def test_oversize_file(tmp_path: Path) -> None:
         parse_config("#" * (MAX_BYTES + 1), source="hitl.yaml")
     # just under the limit is fine
     path.write_text(filler * (MAX_BYTES // len(filler) - 1))
-    assert load_config(path).channel_names() == ["web"]
+    assert load_config(path).channel_names() == ["web", "elicitation"]
 
 
 def test_not_utf8(tmp_path: Path) -> None:

@@ -50,6 +50,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from hitl_mcp.channels import channel_module, channel_types
+from hitl_mcp.channels import elicitation as elicitation_channel
 from hitl_mcp.channels import web as web_channel
 from hitl_mcp.channels.base import ChannelConfig
 
@@ -373,7 +374,22 @@ _SKIP_CROSS_CHECKS = "hitl_mcp.config.skip_cross_checks"
 
 
 def _default_channels() -> dict[str, ChannelConfig]:
-    return {"web": web_channel.Config()}
+    """The embedded default: the web inbox, and the host's own window when the client can show a form."""
+    return {"web": web_channel.Config(), "elicitation": elicitation_channel.Config()}
+
+
+def _form_channels(channels: Any) -> list[str]:
+    """The names of the elicitation channels in a ``channels`` value (as written, or as built)."""
+    if channels is None:
+        channels = _default_channels()
+    if not isinstance(channels, dict):
+        return []
+    names = []
+    for name, block in channels.items():
+        kind = block.get("type") if isinstance(block, dict) else getattr(block, "type", None)
+        if kind == elicitation_channel.Config.model_fields["type"].default:
+            names.append(str(name))
+    return names
 
 
 class Config(_Section):
@@ -388,6 +404,25 @@ class Config(_Section):
 
     def channel_names(self) -> list[str]:
         return list(self.channels)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _forms_in_default_lists(cls, data: Any) -> Any:
+        """``ask_user`` and ``request_approval`` without a ``channels`` list of their own go to the
+        web inbox and to every elicitation channel configured (the host's form is offered only
+        when the client can show it)."""
+        if not isinstance(data, dict):
+            return data
+        forms = _form_channels(data.get("channels"))
+        defaults = data.get("defaults")
+        if not forms or not isinstance(defaults, dict | None):
+            return data
+        defaults = dict(defaults or {})
+        for tool in ("ask_user", "request_approval"):
+            block = defaults.get(tool)
+            if isinstance(block, dict | None) and "channels" not in (block or {}):
+                defaults[tool] = {**(block or {}), "channels": ["web", *forms]}
+        return {**data, "defaults": defaults}
 
     @model_validator(mode="after")
     def _cross_checks(self, info: ValidationInfo) -> Config:

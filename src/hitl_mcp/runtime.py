@@ -94,6 +94,7 @@ class Runtime:
             heartbeat_seconds=d.heartbeat_seconds,
             max_block_seconds=d.max_block_seconds,
             host_overrides={name: h.budget_seconds for name, h in self.config.hosts.items()},
+            state_dir=self.state_dir,
         )
 
     def build_mcp(self) -> MCPServer:

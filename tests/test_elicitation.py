@@ -1,0 +1,527 @@
+"""The host's own window as a channel: MCP elicitation through the SDK's own client, in both eras.
+
+Handshake era ("legacy"): the form is an ``elicitation/create`` request that races the web inbox
+while the call waits. 2026-07-28 ("auto" in process): the form travels in an ``InputRequiredResult``
+and the client retries with the answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import stat
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, MCPError, StdioServerParameters
+from mcp import types as mcp_types
+from mcp.client import ClientRequestContext
+
+from hitl_mcp.broker import Broker
+from hitl_mcp.channels import elicitation
+from hitl_mcp.config import Config, parse_config
+from hitl_mcp.models import Kind, Request, Status
+from hitl_mcp.runtime import Runtime
+from hitl_mcp.server import FORM_KEY, STATE_KEY_FILE
+from tests.conftest import PYTHON, TOKEN, api_client, free_port, running, serve_args, server_env, write_config
+
+pytestmark = pytest.mark.anyio
+
+MODES = ["legacy", "auto"]
+
+
+def form_config(extra: str = "") -> Config:
+    return parse_config(
+        f"""
+defaults:
+  heartbeat_seconds: 1
+channels:
+  web: {{type: web, token: {TOKEN}}}
+  elicitation: {{type: elicitation}}
+{extra}
+""",
+        source="test.yaml",
+    )
+
+
+def sc(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    return result.structured_content
+
+
+class Host:
+    """An elicitation callback that records what it was shown and answers from a script."""
+
+    def __init__(self, *answers: mcp_types.ElicitResult) -> None:
+        self.answers = list(answers)
+        self.shown: list[mcp_types.ElicitRequestFormParams] = []
+
+    async def __call__(
+        self, context: ClientRequestContext, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult:
+        assert isinstance(params, mcp_types.ElicitRequestFormParams)
+        self.shown.append(params)
+        return self.answers.pop(0)
+
+
+def accept(**content: Any) -> mcp_types.ElicitResult:
+    return mcp_types.ElicitResult(action="accept", content=content)
+
+
+def events_of(broker: Broker, wanted: str) -> anyio.Event:
+    """An event set the first time the audit log records ``wanted`` (any request)."""
+    seen = anyio.Event()
+    broker.listen(lambda request_id, event: seen.set() if event == wanted else None)
+    return seen
+
+
+# ------------------------------------------------------------------------------------- answering
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_choice_question_answered_in_the_form(state_dir: Path, mode: str) -> None:
+    host = Host(accept(choice="blue"))
+    async with (
+        running(state_dir, form_config()) as rt,
+        Client(rt.build_mcp(), mode=mode, elicitation_callback=host) as client,
+    ):
+        out = sc(
+            await client.call_tool(
+                "ask_user",
+                {"question": "Which colour?", "choices": ["red", "blue"], "wait_seconds": 30},
+            )
+        )
+        assert out["status"] == "answered"
+        assert (out["answer"], out["choice"], out["channel"]) == ("blue", "blue", "elicitation")
+        assert out["responder"] == "host user (mcp)"
+        (shown,) = host.shown
+        assert shown.message.startswith("Which colour?")
+        assert "Also sent via web" in shown.message
+        assert shown.requested_schema["properties"] == {
+            "choice": {"type": "string", "title": "Answer", "enum": ["red", "blue"]}
+        }
+        assert shown.requested_schema["required"] == ["choice"]
+        broker = await rt.broker()
+        audit = [row.event for row in await broker.store.audit(out["request_id"])]
+        assert "form_offered" in audit and "answered" in audit
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_approval_denied_in_the_form(state_dir: Path, mode: str) -> None:
+    host = Host(accept(decision="deny", comment="not on a Friday"))
+    async with (
+        running(state_dir, form_config()) as rt,
+        Client(rt.build_mcp(), mode=mode, elicitation_callback=host) as client,
+    ):
+        out = sc(
+            await client.call_tool(
+                "request_approval",
+                {
+                    "action": "Deploy v2 to prod",
+                    "payload": {"tag": "v2"},
+                    "risk": "high",
+                    "wait_seconds": 30,
+                },
+            )
+        )
+        assert out["status"] == "answered" and out["approved"] is False
+        assert out["comment"] == "not on a Friday" and out["channel"] == "elicitation"
+        (shown,) = host.shown
+        assert shown.requested_schema["properties"]["decision"]["enum"] == ["approve", "deny"]
+        assert shown.requested_schema["required"] == ["decision"]
+        assert "comment" in shown.requested_schema["properties"]
+        assert "Risk: high" in shown.message and out["payload_sha256"] in shown.message
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_answer_that_does_not_fit_shows_the_form_again(state_dir: Path, mode: str) -> None:
+    host = Host(accept(answer="   "), accept(answer="eu-west-1"))
+    async with (
+        running(state_dir, form_config()) as rt,
+        Client(rt.build_mcp(), mode=mode, elicitation_callback=host) as client,
+    ):
+        out = sc(await client.call_tool("ask_user", {"question": "Which region?", "wait_seconds": 30}))
+        assert out["status"] == "answered" and out["answer"] == "eu-west-1"
+        first, second = host.shown
+        assert first.requested_schema["properties"]["answer"]["type"] == "string"
+        assert second.message.startswith("That answer does not fit: the answer is empty")
+
+
+# ---------------------------------------------------------------------------- decline and cancel
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("action", "event"), [("decline", "form_declined"), ("cancel", "form_dismissed")])
+async def test_declined_form_leaves_the_request_open_elsewhere(
+    state_dir: Path, mode: str, action: str, event: str
+) -> None:
+    host = Host(mcp_types.ElicitResult(action=action))  # type: ignore[arg-type]
+    async with (
+        running(state_dir, form_config()) as rt,
+        Client(rt.build_mcp(), mode=mode, elicitation_callback=host) as client,
+        api_client(rt) as api,
+    ):
+        broker = await rt.broker()
+        declined = events_of(broker, event)
+        outcome: dict[str, Any] = {}
+
+        async def call() -> None:
+            outcome.update(sc(await client.call_tool("ask_user", {"question": "Name?", "wait_seconds": 30})))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with anyio.fail_after(10):
+                await declined.wait()
+            (pending,) = (await api.get("/api/requests", params={"status": "pending"})).json()["requests"]
+            reply = await api.post(f"/api/requests/{pending['id']}/reply", json={"text": "Sam"})
+            assert reply.status_code == 200, reply.text
+        assert outcome["status"] == "answered" and outcome["channel"] == "web" and outcome["answer"] == "Sam"
+        assert len(host.shown) == 1
+        # once this person said no here, waiting on the request again does not show the form again
+        later = sc(await client.call_tool("ask_user", {"question": "Later?", "wait_seconds": 0}))
+        host.answers.append(mcp_types.ElicitResult(action=action))  # type: ignore[arg-type]
+        args = {"request_id": later["request_id"], "wait_seconds": 0.2}
+        assert sc(await client.call_tool("wait_for_response", args))["status"] == "pending"
+        assert len(host.shown) == 2
+        assert sc(await client.call_tool("wait_for_response", args))["status"] == "pending"
+        assert len(host.shown) == 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    ("action", "reason"),
+    [("decline", "declined in the host's form"), ("cancel", "dismissed the host's form without answering")],
+)
+async def test_declined_form_as_only_channel_settles_the_request(
+    state_dir: Path, mode: str, action: str, reason: str
+) -> None:
+    host = Host(mcp_types.ElicitResult(action=action), mcp_types.ElicitResult(action=action))  # type: ignore[arg-type]
+    async with (
+        running(state_dir, form_config()) as rt,
+        Client(rt.build_mcp(), mode=mode, elicitation_callback=host) as client,
+    ):
+        approval = sc(
+            await client.call_tool(
+                "request_approval", {"action": "Reboot", "channels": ["elicitation"], "wait_seconds": 30}
+            )
+        )
+        assert approval["status"] == "cancelled" and approval["approved"] is False
+        assert approval["comment"] == reason
+        question = sc(
+            await client.call_tool(
+                "ask_user", {"question": "Why?", "channels": ["elicitation"], "wait_seconds": 30}
+            )
+        )
+        assert question["status"] == "cancelled" and question["comment"] == reason
+        assert question["waited_seconds"] < 10
+
+
+# --------------------------------------------------------------------------------- no capability
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_without_the_capability_the_form_is_skipped_and_logged_once(
+    state_dir: Path, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="hitl_mcp.server")
+    async with (
+        running(state_dir, form_config()) as rt,
+        Client(rt.build_mcp(), mode=mode) as client,
+        api_client(rt) as api,
+    ):
+        first = sc(await client.call_tool("ask_user", {"question": "One?", "wait_seconds": 0.2}))
+        assert first["status"] == "pending"
+        assert "Nobody was reached" not in first["next_step"]  # the web inbox has it
+        second = sc(await client.call_tool("ask_user", {"question": "Two?", "wait_seconds": 0.2}))
+        assert second["status"] == "pending"
+        # with the form as the only channel, nothing can answer: the call does not wait
+        alone = sc(
+            await client.call_tool(
+                "request_approval", {"action": "Reboot", "channels": ["elicitation"], "wait_seconds": 60}
+            )
+        )
+        assert alone["status"] == "pending" and alone["waited_seconds"] < 5
+        assert alone["next_step"].startswith("Nobody was reached")
+        assert "no elicitation capability" in alone["next_step"]
+        lines = [r.getMessage() for r in caplog.records if "form is skipped" in r.getMessage()]
+        assert len(lines) == 1, lines
+        assert "no elicitation capability" in lines[0]
+        reply = await api.post(f"/api/requests/{first['request_id']}/reply", json={"text": "yes"})
+        assert reply.status_code == 200
+
+
+async def test_no_form_when_the_call_may_not_wait(state_dir: Path) -> None:
+    host = Host()
+    async with (
+        running(state_dir, form_config()) as rt,
+        Client(rt.build_mcp(), mode="legacy", elicitation_callback=host) as client,
+    ):
+        out = sc(await client.call_tool("ask_user", {"question": "Later?", "wait_seconds": 0}))
+        assert out["status"] == "pending" and host.shown == []
+
+
+# ------------------------------------------------------------------------------------- the race
+
+
+async def test_remote_answer_wins_and_cancels_the_open_form(state_dir: Path) -> None:
+    shown = anyio.Event()
+    form_cancelled = anyio.Event()
+
+    async def slow_host(
+        context: ClientRequestContext, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult:
+        shown.set()
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            form_cancelled.set()
+            raise
+        raise AssertionError("unreachable")
+
+    async with (
+        running(state_dir, form_config()) as rt,
+        Client(rt.build_mcp(), mode="legacy", elicitation_callback=slow_host) as client,
+        api_client(rt) as api,
+    ):
+        outcome: dict[str, Any] = {}
+
+        async def call() -> None:
+            outcome.update(
+                sc(await client.call_tool("ask_user", {"question": "Proceed?", "wait_seconds": 30}))
+            )
+
+        with anyio.fail_after(10):  # the call returns as soon as web wins, not at the end of its budget
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                await shown.wait()
+                (pending,) = (await api.get("/api/requests", params={"status": "pending"})).json()["requests"]
+                await api.post(f"/api/requests/{pending['id']}/reply", json={"text": "go"})
+        assert outcome["status"] == "answered" and outcome["channel"] == "web" and outcome["answer"] == "go"
+        with anyio.fail_after(10):
+            await form_cancelled.wait()  # the server withdrew the form it had open
+
+
+async def test_remote_answer_wins_and_a_late_form_answer_changes_nothing(state_dir: Path) -> None:
+    """2026-07-28: the form cannot be withdrawn; its answer arrives after web won and loses."""
+    shown = anyio.Event()
+    release = anyio.Event()
+
+    async def late_host(
+        context: ClientRequestContext, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult:
+        shown.set()
+        await release.wait()
+        return accept(answer="stop")
+
+    async with (
+        running(state_dir, form_config()) as rt,
+        Client(rt.build_mcp(), mode="auto", elicitation_callback=late_host) as client,
+        api_client(rt) as api,
+    ):
+        broker = await rt.broker()
+        outcome: dict[str, Any] = {}
+
+        async def call() -> None:
+            outcome.update(
+                sc(await client.call_tool("ask_user", {"question": "Proceed?", "wait_seconds": 30}))
+            )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with anyio.fail_after(10):
+                await shown.wait()
+            (pending,) = (await api.get("/api/requests", params={"status": "pending"})).json()["requests"]
+            await api.post(f"/api/requests/{pending['id']}/reply", json={"text": "go"})
+            release.set()
+        assert outcome["status"] == "answered" and outcome["channel"] == "web" and outcome["answer"] == "go"
+        replies = await broker.store.replies(outcome["request_id"])
+        assert [(r.channel, r.won) for r in replies] == [("web", True), ("elicitation", False)]
+
+
+async def test_form_is_withdrawn_when_the_budget_runs_out(state_dir: Path) -> None:
+    form_cancelled = anyio.Event()
+
+    async def idle_host(
+        context: ClientRequestContext, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            form_cancelled.set()
+        raise AssertionError("unreachable")
+
+    async with (
+        running(state_dir, form_config()) as rt,
+        Client(rt.build_mcp(), mode="legacy", elicitation_callback=idle_host) as client,
+    ):
+        out = sc(await client.call_tool("ask_user", {"question": "Still there?", "wait_seconds": 1}))
+        assert out["status"] == "pending"
+        with anyio.fail_after(10):
+            await form_cancelled.wait()
+        broker = await rt.broker()
+        request = await broker.get(out["request_id"])
+        assert request is not None and request.status == Status.PENDING
+
+
+# ------------------------------------------------------------------------ 2026-07-28 round trips
+
+
+async def test_round_trip_state_is_sealed_and_survives_a_restart(state_dir: Path, tmp_path: Path) -> None:
+    args = {"question": "Colour?", "choices": ["red", "blue"], "wait_seconds": 5}
+    host = Host()  # declares the capability; the test drives the rounds itself
+    async with (
+        running(state_dir, form_config()) as rt,
+        Client(rt.build_mcp(), mode="auto", elicitation_callback=host) as client,
+    ):
+        first = await client.session.call_tool("ask_user", args, allow_input_required=True)
+    assert isinstance(first, mcp_types.InputRequiredResult)
+    assert first.input_requests is not None and list(first.input_requests) == [FORM_KEY]
+    state = first.request_state
+    assert state is not None and state.startswith("v1.")  # sealed, not our plaintext
+    assert "Colour" not in state
+    key_file = state_dir / STATE_KEY_FILE
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    answer = {FORM_KEY: accept(choice="red")}
+
+    # another server with another key refuses the state
+    other = tmp_path / "other"
+    other.mkdir()
+    async with (
+        running(other, form_config()) as rt,
+        Client(rt.build_mcp(), mode="auto", elicitation_callback=host) as client,
+    ):
+        with pytest.raises(MCPError, match="Invalid or expired requestState"):
+            await client.call_tool("ask_user", args, input_responses=answer, request_state=state)
+
+    # the restarted server (same state directory) takes the retry
+    async with (
+        running(state_dir, form_config()) as rt,
+        Client(rt.build_mcp(), mode="auto", elicitation_callback=host) as client,
+    ):
+        out = sc(await client.call_tool("ask_user", args, input_responses=answer, request_state=state))
+        assert out["status"] == "answered" and out["choice"] == "red" and out["channel"] == "elicitation"
+        assert len(await (await rt.broker()).store.list()) == 1
+    assert host.shown == []
+
+
+async def test_state_key_is_created_once_and_kept(state_dir: Path) -> None:
+    Runtime(form_config(), state_dir).build_mcp()
+    key = (state_dir / STATE_KEY_FILE).read_text()
+    (state_dir / STATE_KEY_FILE).chmod(0o644)
+    Runtime(form_config(), state_dir).build_mcp()
+    assert (state_dir / STATE_KEY_FILE).read_text() == key
+    assert stat.S_IMODE((state_dir / STATE_KEY_FILE).stat().st_mode) == 0o600
+    assert len(key.strip()) == 64
+
+
+# ------------------------------------------------------------------------------ the channel itself
+
+
+def _request(**fields: Any) -> Request:
+    base: dict[str, Any] = {"id": "r1", "kind": Kind.QUESTION, "text": "Q?", "created_at": 0.0}
+    return Request(**{**base, **fields})
+
+
+def test_forms_for_each_kind_of_request() -> None:
+    free = elicitation.render(_request())
+    assert free.schema == {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "title": "Answer", "minLength": 1}},
+        "required": ["answer"],
+    }
+    both = elicitation.render(_request(choices=["a", "b"], allow_free_text=True, context="Background."))
+    assert set(both.schema["properties"]) == {"choice", "answer"} and both.schema["required"] == []
+    assert both.message == "Q?\n\nBackground."
+    approval = elicitation.render(
+        _request(kind=Kind.APPROVAL, text="Drop it", payload={"x": "y" * 3000}, payload_sha256="abc"),
+        ["web"],
+    )
+    assert approval.message.startswith("Approve this action?\nDrop it")
+    assert "…" in approval.message and len(approval.message) < 2000
+    assert approval.message.endswith("Also sent via web; the first answer counts.")
+
+
+def test_form_content_becomes_a_reply() -> None:
+    question = _request(choices=["a", "b"], allow_free_text=True)
+    picked = elicitation.reply_from(question, {"choice": "a", "answer": "because"}, "host", "me")
+    assert (picked.choice, picked.comment, picked.text) == ("a", "because", None)
+    typed = elicitation.reply_from(question, {"answer": " c "}, "host", "me")
+    assert (typed.choice, typed.text) == (None, "c")
+    approval = _request(kind=Kind.APPROVAL)
+    odd = elicitation.reply_from(approval, {"decision": "maybe"}, "host", "me")
+    assert odd.decision is None  # the broker refuses it: an approval needs approve or deny
+    ok = elicitation.reply_from(approval, {"decision": "approve", "comment": ""}, "host", "me")
+    assert (ok.decision, ok.comment, ok.channel, ok.responder) == ("approve", None, "host", "me")
+
+
+async def test_notifications_do_not_go_to_the_form(state_dir: Path) -> None:
+    async with running(state_dir, form_config()) as rt, Client(rt.build_mcp(), mode="legacy") as client:
+        out = sc(await client.call_tool("notify_user", {"message": "hi", "channels": ["web", "elicitation"]}))
+        assert out["delivered"] == ["web"]
+        assert out["failed"] == [
+            {
+                "channel": "elicitation",
+                "error": "the host's form takes questions and approvals, not notifications",
+            }
+        ]
+
+
+def test_default_lists_name_every_form_channel() -> None:
+    config = parse_config("channels:\n  web: {type: web}\n  host: {type: elicitation}\n")
+    assert config.defaults.ask_user.channels == ["web", "host"]
+    assert config.defaults.request_approval.channels == ["web", "host"]
+    assert config.defaults.notify_user.channels == ["web"]
+    written = parse_config(
+        "channels:\n  web: {type: web}\n  host: {type: elicitation}\n"
+        "defaults:\n  ask_user: {channels: [web]}\n  request_approval: {timeout: 2h}\n"
+    )
+    assert written.defaults.ask_user.channels == ["web"]
+    assert written.defaults.request_approval.channels == ["web", "host"]
+    assert written.defaults.request_approval.timeout == 7200
+    assert parse_config("channels:\n  web: {type: web}\n").defaults.ask_user.channels == ["web"]
+
+
+async def test_a_form_the_client_refuses_leaves_the_other_channels(state_dir: Path) -> None:
+    async def refusing_host(
+        context: ClientRequestContext, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ErrorData:
+        return mcp_types.ErrorData(code=-32600, message="not now")
+
+    async with (
+        running(state_dir, form_config()) as rt,
+        Client(rt.build_mcp(), mode="legacy", elicitation_callback=refusing_host) as client,
+        api_client(rt) as api,
+    ):
+        failed = events_of(await rt.broker(), "form_failed")
+        outcome: dict[str, Any] = {}
+
+        async def call() -> None:
+            outcome.update(sc(await client.call_tool("ask_user", {"question": "Name?", "wait_seconds": 30})))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                await failed.wait()
+                (pending,) = (await api.get("/api/requests", params={"status": "pending"})).json()["requests"]
+                await api.post(f"/api/requests/{pending['id']}/reply", json={"text": "Sam"})
+        assert outcome["status"] == "answered" and outcome["channel"] == "web"
+
+
+# --------------------------------------------------------------------------- over a real process
+
+
+@pytest.mark.parametrize(("mode", "era"), [("legacy", "2025-11-25"), ("auto", "2026-07-28")])
+async def test_form_over_stdio_in_both_eras(tmp_path: Path, state_dir: Path, mode: str, era: str) -> None:
+    config = write_config(tmp_path / "hitl.yaml", free_port())
+    params = StdioServerParameters(command=PYTHON, args=serve_args(config), env=server_env(state_dir))
+    host = Host(accept(decision="approve"), accept(answer="Sam"))
+    async with Client(params, mode=mode, elicitation_callback=host, read_timeout_seconds=60) as client:
+        assert client.session.protocol_version == era
+        approval = sc(await client.call_tool("request_approval", {"action": "Restart", "wait_seconds": 30}))
+        assert approval["status"] == "answered" and approval["approved"] is True
+        assert approval["channel"] == "elicitation" and approval["responder"] == "host user (mcp)"
+        question = sc(await client.call_tool("ask_user", {"question": "Who?", "wait_seconds": 30}))
+        assert question["answer"] == "Sam" and question["channel"] == "elicitation"
+    assert len(host.shown) == 2
+    assert stat.S_IMODE((state_dir / STATE_KEY_FILE).stat().st_mode) == 0o600

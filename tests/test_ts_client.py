@@ -1,0 +1,161 @@
+"""Proof against the clients hosts use: the TypeScript SDK's Client over stdio, and the MCP Inspector CLI.
+
+Each test runs a real ``hitl-mcp serve`` subprocess, spawned by the Node client itself (as a host
+does), and answers through the JSON API on the server's side HTTP port. The Node project is
+``tests/ts`` (exact versions, with its lock file); ``make test`` installs it with ``npm ci``. Without
+it these tests skip locally, and fail in CI (``$CI`` set).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.conftest import PYTHON, ROOT, TOKEN, free_port, server_env, write_config
+
+pytestmark = pytest.mark.anyio
+
+TS = ROOT / "tests" / "ts"
+INSPECTOR = TS / "node_modules" / ".bin" / "mcp-inspector"
+TOOLS = {"ask_user", "request_approval", "notify_user", "wait_for_response", "cancel_request"}
+
+
+@pytest.fixture(autouse=True)
+def node_project() -> None:
+    missing = []
+    if shutil.which("node") is None:
+        missing.append("node (Node 20)")
+    if not (TS / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir() or not INSPECTOR.exists():
+        missing.append("tests/ts/node_modules (run: npm ci --prefix tests/ts)")
+    if missing:
+        message = "the TypeScript client tests need " + " and ".join(missing)
+        if os.environ.get("CI"):
+            pytest.fail(message + "; CI must install them")
+        pytest.skip(message)
+
+
+class Server:
+    """What a Node client needs to spawn ``hitl-mcp serve`` and answer through its API."""
+
+    def __init__(self, tmp_path: Path, extra: str = "") -> None:
+        self.state_dir = tmp_path / "state"
+        self.state_dir.mkdir()
+        self.port = free_port()
+        self.config = write_config(tmp_path / "hitl.yaml", self.port, extra)
+        self.env = server_env(
+            self.state_dir,
+            HITL_PYTHON=PYTHON,
+            HITL_CONFIG=str(self.config),
+            HITL_API=f"http://127.0.0.1:{self.port}",
+            HITL_ROOT=str(ROOT),
+            HOME=str(tmp_path / "home"),  # the Inspector keeps a catalog there
+            MCP_CATALOG_PATH=str(tmp_path / "inspector-catalog.json"),
+        )
+
+
+async def run_node(args: list[str], env: dict[str, str], cwd: Path = TS, limit: float = 90) -> str:
+    with anyio.fail_after(limit):
+        done = await anyio.run_process(args, env=env, cwd=str(cwd), check=False)
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert done.returncode == 0, f"{args[:3]} exited {done.returncode}\nstdout:\n{out}\nstderr:\n{err}"
+    return out
+
+
+async def scenario(name: str, server: Server) -> dict[str, Any]:
+    out = await run_node(["node", "client.mjs", name], server.env)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+async def test_heartbeats_keep_a_4s_timeout_alive_for_three_times_that(tmp_path: Path) -> None:
+    seen = await scenario("heartbeat", Server(tmp_path))
+    result = seen["result"]
+    assert result["status"] == "answered" and result["answer"] == "yes" and result["channel"] == "web"
+    assert seen["elapsed_ms"] >= 12_000  # three times the client's 4 s timeout
+    assert result["waited_seconds"] >= 12
+    ticks = [p["progress"] for p in seen["progress"]]
+    assert len(ticks) >= 12 and ticks == sorted(ticks)
+    assert all(p["message"].startswith("waiting for a reply via web") for p in seen["progress"])
+
+
+async def test_without_progress_the_call_returns_pending_before_the_timeout(tmp_path: Path) -> None:
+    server = Server(tmp_path, "hosts:\n  ts-budget: {budget_seconds: 2}\n")
+    seen = await scenario("budget", server)
+    result = seen["result"]
+    assert result["status"] == "pending"
+    assert "wait_for_response" in result["next_step"]
+    assert 2_000 <= seen["elapsed_ms"] < 4_000  # the budget, then before the client's 4 s timeout
+
+
+async def test_elicitation_handler_answers_a_question_and_a_deny(tmp_path: Path) -> None:
+    seen = await scenario("elicitation", Server(tmp_path))
+    question, approval = seen["question"], seen["approval"]
+    assert question["status"] == "answered" and question["choice"] == "blue"
+    assert question["channel"] == "elicitation" and question["responder"] == "host user (ts-elicit)"
+    assert approval["status"] == "answered" and approval["approved"] is False
+    assert approval["comment"] == "not today" and approval["channel"] == "elicitation"
+    asked, denied = seen["shown"]
+    assert asked["requestedSchema"]["properties"]["choice"]["enum"] == ["red", "blue"]
+    assert asked["message"].startswith("Which colour?")
+    assert denied["requestedSchema"]["properties"]["decision"]["enum"] == ["approve", "deny"]
+    assert "Drop the staging database" in denied["message"] and "Risk: high" in denied["message"]
+
+
+def _inspector(server: Server, *method: str) -> list[str]:
+    return [
+        str(INSPECTOR),
+        "--cli",
+        "-e",
+        f"HITL_STATE_DIR={server.state_dir}",
+        "-e",
+        f"HITL_WEB_TOKEN={TOKEN}",
+        *method,
+        "--",  # the server's own --config is not the Inspector's
+        PYTHON,
+        "-m",
+        "hitl_mcp",
+        "serve",
+        "--config",
+        str(server.config),
+    ]
+
+
+async def test_inspector_cli_lists_the_tools_and_calls_notify_user(tmp_path: Path) -> None:
+    server = Server(tmp_path)
+    listed = json.loads(await run_node(_inspector(server, "--method", "tools/list"), server.env, ROOT))
+    assert {tool["name"] for tool in listed["tools"]} == TOOLS
+    called = json.loads(
+        await run_node(
+            _inspector(
+                server,
+                "--method",
+                "tools/call",
+                "--tool-name",
+                "notify_user",
+                "--tool-arg",
+                "message=Build finished",
+                "level=success",
+            ),
+            server.env,
+            ROOT,
+        )
+    )
+    assert called["isError"] is False
+    assert called["structuredContent"]["delivered"] == ["web"]
+    assert called["structuredContent"]["failed"] == []
+
+
+def test_lock_file_pins_what_package_json_names() -> None:
+    package = json.loads((TS / "package.json").read_text())
+    lock = json.loads((TS / "package-lock.json").read_text())
+    for name, version in package["dependencies"].items():
+        if version.startswith("file:stubs/"):  # see tests/ts/README.md
+            assert lock["packages"][f"node_modules/{name}"]["link"] is True
+            continue
+        assert version[0].isdigit(), f"{name}: pin an exact version, not {version!r}"
+        assert lock["packages"][f"node_modules/{name}"]["version"] == version

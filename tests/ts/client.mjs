@@ -1,0 +1,142 @@
+// The TypeScript SDK's Client (what Claude Code, Cursor and VS Code build on) against a real
+// `hitl-mcp serve` over stdio. Run by tests/test_ts_client.py as `node client.mjs <scenario>`;
+// prints one JSON line with what it saw, and exits non-zero on an unexpected error.
+//
+// Environment: HITL_PYTHON (interpreter), HITL_CONFIG (config file), HITL_STATE_DIR, HITL_WEB_TOKEN,
+// HITL_API (base URL of the server's side HTTP port, for answering through the JSON API), HITL_ROOT
+// (repository root, the server's working directory).
+
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+
+const env = (name) => {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is not set`);
+  return value;
+};
+
+const TIMEOUT_MS = 4000; // the client's request timeout in the timing scenarios
+
+async function connect(name, capabilities = {}) {
+  const transport = new StdioClientTransport({
+    command: env("HITL_PYTHON"),
+    args: ["-m", "hitl_mcp", "serve", "--config", env("HITL_CONFIG")],
+    env: { ...process.env, PYTHONUNBUFFERED: "1" },
+    cwd: env("HITL_ROOT"),
+    stderr: "inherit",
+  });
+  const client = new Client({ name, version: "1.0.0" }, { capabilities });
+  await client.connect(transport);
+  const { tools } = await client.listTools(); // also arms the SDK's outputSchema validation
+  return { client, tools: tools.map((t) => t.name) };
+}
+
+async function api(path, init = {}) {
+  const response = await fetch(env("HITL_API") + path, {
+    ...init,
+    headers: {
+      Authorization: `Bearer ${env("HITL_WEB_TOKEN")}`,
+      "Content-Type": "application/json",
+      ...(init.headers ?? {}),
+    },
+  });
+  const body = await response.json();
+  if (!response.ok) throw new Error(`${path}: HTTP ${response.status} ${JSON.stringify(body)}`);
+  return body;
+}
+
+/** Answer the one pending request through the JSON API, as a person in the web inbox would. */
+async function answerPending(reply) {
+  const { requests } = await api("/api/requests?status=pending");
+  if (requests.length !== 1) throw new Error(`expected one pending request, got ${requests.length}`);
+  await api(`/api/requests/${requests[0].id}/reply`, { method: "POST", body: JSON.stringify(reply) });
+  return requests[0].id;
+}
+
+// Heartbeats keep the call alive: a 4 s timeout that progress resets, and a call that waits three
+// times that long. The answer is given once the server's heartbeat says 3 × 4 s have passed.
+async function heartbeat() {
+  const { client } = await connect("ts-heartbeat");
+  const progress = [];
+  let answering = null;
+  const started = Date.now();
+  try {
+    const result = await client.callTool(
+      { name: "ask_user", arguments: { question: "Ship it?", choices: ["yes", "no"] } },
+      undefined,
+      {
+        timeout: TIMEOUT_MS,
+        resetTimeoutOnProgress: true,
+        onprogress: (p) => {
+          progress.push({ progress: p.progress, message: p.message });
+          if (answering === null && p.progress >= (3 * TIMEOUT_MS) / 1000) {
+            answering = answerPending({ choice: "yes" });
+          }
+        },
+      },
+    );
+    await answering;
+    return { elapsed_ms: Date.now() - started, progress, result: result.structuredContent };
+  } finally {
+    await client.close();
+  }
+}
+
+// Budget without progress: no onprogress, so no progress token and nothing resets the timeout.
+// The server must return "pending" within its budget (lowered to 2 s for this client by the
+// test's config), before the client's 4 s timeout.
+async function budget() {
+  const { client } = await connect("ts-budget");
+  const started = Date.now();
+  try {
+    const result = await client.callTool(
+      { name: "ask_user", arguments: { question: "Still there?" } },
+      undefined,
+      { timeout: TIMEOUT_MS },
+    );
+    return { elapsed_ms: Date.now() - started, result: result.structuredContent };
+  } finally {
+    await client.close();
+  }
+}
+
+// Elicitation: the client declares forms and its handler answers a question and denies an approval.
+async function elicitation() {
+  const { client } = await connect("ts-elicit", { elicitation: { form: {} } });
+  const shown = [];
+  client.setRequestHandler(ElicitRequestSchema, async (request) => {
+    const { message, requestedSchema } = request.params;
+    shown.push({ message, requestedSchema });
+    if ("decision" in requestedSchema.properties) {
+      return { action: "accept", content: { decision: "deny", comment: "not today" } };
+    }
+    return { action: "accept", content: { choice: requestedSchema.properties.choice.enum[1] } };
+  });
+  try {
+    const question = await client.callTool({
+      name: "ask_user",
+      arguments: { question: "Which colour?", choices: ["red", "blue"], wait_seconds: 30 },
+    });
+    const approval = await client.callTool({
+      name: "request_approval",
+      arguments: { action: "Drop the staging database", risk: "high", wait_seconds: 30 },
+    });
+    return { shown, question: question.structuredContent, approval: approval.structuredContent };
+  } finally {
+    await client.close();
+  }
+}
+
+const scenarios = { heartbeat, budget, elicitation };
+const name = process.argv[2];
+if (!(name in scenarios)) {
+  console.error(`usage: node client.mjs ${Object.keys(scenarios).join("|")}`);
+  process.exit(2);
+}
+try {
+  console.log(JSON.stringify(await scenarios[name]()));
+} catch (error) {
+  console.error(error?.stack ?? String(error));
+  process.exit(1);
+}
