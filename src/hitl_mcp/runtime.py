@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 import anyio
-import uvicorn
+import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Mount, Route
@@ -31,10 +31,10 @@ from hitl_mcp.channels.base import Channel
 from hitl_mcp.config import Config
 from hitl_mcp.models import Kind
 from hitl_mcp.server import Settings, build_server
-from hitl_mcp.store.sqlite import SqliteStore
-from hitl_mcp.web.api import api_routes, error, healthz
 from hitl_mcp.web.auth import WebAuth, load_web_auth
-from hitl_mcp.web.limits import BodyLimit
+
+# imported when first needed, so that over stdio `initialize` is answered before they load
+SIDE_MODULES = ("uvicorn", "aiosqlite", "hitl_mcp.store.sqlite", "hitl_mcp.web.api", "hitl_mcp.web.limits")
 
 log = logging.getLogger("hitl_mcp")
 
@@ -102,6 +102,8 @@ class Runtime:
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Open the store, start the channels and the broker's loops; runs until cancelled."""
+        from hitl_mcp.store.sqlite import SqliteStore
+
         store = SqliteStore(self.state_dir / DB_FILE)
         channels: list[Channel] = []
         try:
@@ -163,6 +165,9 @@ class Runtime:
         return routes
 
     def http_app(self, mcp: MCPServer | None, transport: Transport, host: str) -> Starlette:
+        from hitl_mcp.web.api import api_routes, healthz
+        from hitl_mcp.web.limits import BodyLimit
+
         routes: list[BaseRoute] = [Route("/healthz", healthz, methods=["GET"])]
         routes += api_routes(self.broker, self.auth, self.web_channel)
         routes += self.channel_routes()
@@ -214,6 +219,8 @@ def _guard(route: BaseRoute, auth: WebAuth, host: str) -> BaseRoute:
         from starlette.requests import HTTPConnection
 
         if scope["type"] == "http" and not auth.bearer_ok(HTTPConnection(scope)):
+            from hitl_mcp.web.api import error
+
             await error(401, "missing or wrong bearer token")(scope, receive, send)
             return
         await inner_app(scope, receive, send)
@@ -240,15 +247,26 @@ def bind(host: str, port: int) -> socket.socket | None:
     return sock
 
 
-async def serve_http(app: Starlette, sock: socket.socket) -> None:
-    config = uvicorn.Config(
-        app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=2
-    )
-    server = uvicorn.Server(config)
-    try:
-        await server.serve(sockets=[sock])
-    finally:
-        server.should_exit = True
+class HttpServer:
+    """uvicorn on a socket we bound; ``stop`` ends it gracefully (no cancellation tracebacks)."""
+
+    def __init__(self, app: Starlette, sock: socket.socket) -> None:
+        import uvicorn
+
+        config = uvicorn.Config(
+            app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=2
+        )
+        self.server = uvicorn.Server(config)
+        self.sock = sock
+
+    async def run(self) -> None:
+        try:
+            await self.server.serve(sockets=[self.sock])
+        finally:
+            self.server.should_exit = True
+
+    def stop(self) -> None:
+        self.server.should_exit = True
 
 
 async def serve(config: Config, state_dir: Path, transport: Transport, host: str, port: int) -> None:
@@ -284,30 +302,59 @@ async def _serve(
     url: str,
     state_dir: Path,
 ) -> None:
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(runtime.run)
-        if sock is None:
-            log.warning(
-                "hitl-mcp: %s is taken (another hitl-mcp?); running without the inbox, sharing %s",
-                url,
-                state_dir,
-            )
-        else:
-            app = runtime.http_app(mcp if transport != "stdio" else None, transport, host)
-            log.warning("hitl-mcp: inbox at %s/login?token=<token> (token: %s)", url, runtime.auth.source)
-            if transport == "http":
-                log.warning("hitl-mcp: MCP (streamable HTTP) at %s/mcp", url)
-            elif transport == "sse":
-                log.warning("hitl-mcp: MCP (SSE) at %s/sse", url)
-        if transport == "stdio":
+    if sock is None:
+        log.warning(
+            "hitl-mcp: %s is taken (another hitl-mcp?); running without the inbox, sharing %s", url, state_dir
+        )
+    if transport != "stdio":
+        assert sock is not None
+        _announce(runtime, transport, url)
+        http = HttpServer(runtime.http_app(mcp, transport, host), sock)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(runtime.run)
+            await http.run()
+            tg.cancel_scope.cancel()
+        return
+
+    http_server: HttpServer | None = None
+    http_done = anyio.Event()
+
+    async def side_work() -> None:
+        """The store, channels and inbox: loaded in a thread, so stdio answers `initialize` first."""
+        nonlocal http_server
+        try:
+            await anyio.to_thread.run_sync(_import_side_modules)
+            tg.start_soon(runtime.run)
             if sock is not None:
-                tg.start_soon(serve_http, app, sock)
-            await mcp.run_stdio_async()
-            tg.cancel_scope.cancel()
-        else:
-            assert sock is not None
-            await serve_http(app, sock)
-            tg.cancel_scope.cancel()
+                _announce(runtime, transport, url)
+                http_server = HttpServer(runtime.http_app(None, transport, host), sock)
+                await http_server.run()
+        finally:
+            http_done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(side_work)
+        await mcp.run_stdio_async()
+        if http_server is not None:  # let uvicorn close its connections rather than cancel it
+            http_server.stop()
+            with anyio.move_on_after(3):
+                await http_done.wait()
+        tg.cancel_scope.cancel()
+
+
+def _import_side_modules() -> None:
+    import importlib
+
+    for name in SIDE_MODULES:
+        importlib.import_module(name)
+
+
+def _announce(runtime: Runtime, transport: Transport, url: str) -> None:
+    log.warning("hitl-mcp: inbox at %s/login?token=<token> (token: %s)", url, runtime.auth.source)
+    if transport == "http":
+        log.warning("hitl-mcp: MCP (streamable HTTP) at %s/mcp", url)
+    elif transport == "sse":
+        log.warning("hitl-mcp: MCP (SSE) at %s/sse", url)
 
 
 def _token_configured(config: Config) -> bool:
