@@ -27,7 +27,13 @@ pytestmark = pytest.mark.anyio
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
-scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=40)
+)
 json_values = st.recursive(
     scalars,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
