@@ -17,7 +17,7 @@ from tests.conftest import TOKEN, running
 
 pytestmark = pytest.mark.anyio
 
-# what docs/hosts.md promises: clientInfo.name -> (budget with a progress token, without, progress resets)
+# the README's Hosts table: clientInfo.name -> (budget with a progress token, without, progress resets)
 EXPECTED: dict[str, tuple[float, float, bool]] = {
     "claude-ai": (45, 45, False),
     "claude-desktop": (45, 45, False),
