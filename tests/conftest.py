@@ -63,6 +63,20 @@ async def api_client(runtime: Runtime) -> AsyncIterator[httpx2.AsyncClient]:
         yield client
 
 
+def sc(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    return result.structured_content
+
+
+async def cli(state_dir: Path, *args: str) -> tuple[int, str, str]:
+    result = await anyio.run_process(
+        [PYTHON, "-m", "hitl_mcp", *args, "--state-dir", str(state_dir)],
+        env=server_env(state_dir),
+        check=False,
+    )
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -14,23 +14,19 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests.conftest import PYTHON, TOKEN, free_port, serve_args, server_env, server_process, write_config
+from tests.conftest import (
+    PYTHON,
+    TOKEN,
+    cli,
+    free_port,
+    sc,
+    serve_args,
+    server_env,
+    server_process,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
-
-
-def sc(result: Any) -> dict[str, Any]:
-    assert not result.is_error, result.content
-    return result.structured_content
-
-
-async def cli(state_dir: Path, *args: str) -> tuple[int, str, str]:
-    result = await anyio.run_process(
-        [PYTHON, "-m", "hitl_mcp", *args, "--state-dir", str(state_dir)],
-        env=server_env(state_dir),
-        check=False,
-    )
-    return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
 async def test_two_processes_share_one_database(tmp_path: Path, state_dir: Path) -> None:

@@ -24,7 +24,17 @@ from hitl_mcp.config import Config, parse_config
 from hitl_mcp.models import Kind, Request, Status
 from hitl_mcp.runtime import Runtime
 from hitl_mcp.server import FORM_KEY, STATE_KEY_FILE
-from tests.conftest import PYTHON, TOKEN, api_client, free_port, running, serve_args, server_env, write_config
+from tests.conftest import (
+    PYTHON,
+    TOKEN,
+    api_client,
+    free_port,
+    running,
+    sc,
+    serve_args,
+    server_env,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -43,11 +53,6 @@ channels:
 """,
         source="test.yaml",
     )
-
-
-def sc(result: Any) -> dict[str, Any]:
-    assert not result.is_error, result.content
-    return result.structured_content
 
 
 class Host:

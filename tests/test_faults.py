@@ -22,7 +22,9 @@ from tests.conftest import (
     PYTHON,
     ROOT,
     TOKEN,
+    cli,
     free_port,
+    sc,
     serve_args,
     server_env,
     server_process,
@@ -32,20 +34,6 @@ from tests.conftest import (
 pytestmark = pytest.mark.anyio
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def sc(result: Any) -> dict[str, Any]:
-    assert not result.is_error, result.content
-    return result.structured_content
-
-
-async def cli(state_dir: Path, *args: str) -> tuple[int, str, str]:
-    result = await anyio.run_process(
-        [PYTHON, "-m", "hitl_mcp", *args, "--state-dir", str(state_dir)],
-        env=server_env(state_dir),
-        check=False,
-    )
-    return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
 async def create_requests(url: str, count: int) -> list[str]:

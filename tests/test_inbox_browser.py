@@ -20,7 +20,7 @@ import httpx2
 import pytest
 from mcp import Client
 
-from tests.conftest import ROOT, TOKEN
+from tests.conftest import ROOT, TOKEN, sc
 from tests.test_inbox_pages import Inbox, serve_inbox
 
 CHROMIUM = "/usr/bin/chromium"
@@ -82,11 +82,6 @@ async def inbox_and_page(
             assert errors == [], errors
         finally:
             await ctx.close()
-
-
-def sc(result: Any) -> dict[str, Any]:
-    assert not result.is_error, result.content
-    return result.structured_content
 
 
 class Call:

@@ -10,16 +10,11 @@ import pytest
 from mcp import Client, MCPError
 
 from hitl_mcp.models import Status
-from tests.conftest import api_client, running
+from tests.conftest import api_client, running, sc
 
 pytestmark = pytest.mark.anyio
 
 MODES = ["legacy", "auto"]
-
-
-def sc(result: Any) -> dict[str, Any]:
-    assert not result.is_error, result.content
-    return result.structured_content
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -11,22 +11,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
 
-from tests.conftest import (
-    PYTHON,
-    TOKEN,
-    free_port,
-    serve_args,
-    server_env,
-    server_process,
-    write_config,
-)
+from tests.conftest import PYTHON, TOKEN, free_port, sc, serve_args, server_env, server_process, write_config
 
 pytestmark = pytest.mark.anyio
-
-
-def sc(result: Any) -> dict[str, Any]:
-    assert not result.is_error, result.content
-    return result.structured_content
 
 
 async def reply(port: int, request_id: str, body: dict[str, Any]) -> httpx2.Response:

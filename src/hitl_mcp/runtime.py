@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import ipaddress
 import logging
 import os
 import socket
@@ -30,6 +29,7 @@ from hitl_mcp.channels import channel_module
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.config import Config
 from hitl_mcp.models import Kind
+from hitl_mcp.net import is_loopback
 from hitl_mcp.server import Settings, build_server
 from hitl_mcp.web.auth import WebAuth, load_web_auth
 
@@ -59,15 +59,6 @@ def prepare_state_dir(state_dir: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise ConfigRefused(f"cannot write the state directory {state_dir}: {exc.strerror or exc}") from None
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class Runtime:

@@ -78,6 +78,7 @@ from hitl_mcp.channels.base import ChannelConfig, Delivery, DeliveryError, Hub
 from hitl_mcp.config import parse_duration
 from hitl_mcp.mailreply import Unreadable, auto_reply_reason, read_answer, reply_text
 from hitl_mcp.models import Kind, Reply, Request, Status, now
+from hitl_mcp.net import is_loopback
 
 if TYPE_CHECKING:
     from imapclient import IMAPClient
@@ -116,17 +117,6 @@ def _as_list(value: Any) -> Any:
 Addresses = Annotated[list[str], BeforeValidator(_as_list)]
 
 
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class _Block(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -150,7 +140,7 @@ class _Block(BaseModel):
         if self.tls and self.starttls:
             raise ValueError("set tls (implicit TLS) or starttls, not both")
         password = getattr(self, "password", None)
-        if password is not None and self.security == "plain" and not _is_loopback(self.host):
+        if password is not None and self.security == "plain" and not is_loopback(self.host):
             raise ValueError(
                 "refusing to send a password without TLS to a host that is not loopback: set tls or starttls"
             )
