@@ -25,6 +25,7 @@ from hitl_mcp.store.base import Store
 log = logging.getLogger("hitl_mcp.broker")
 
 POLL_SECONDS = 0.5
+MAINTAIN_SECONDS = 2.0
 WAKING_EVENTS = ("answered", "expired", "cancelled", "delivery_failed")
 NOTIFY_TIMEOUT = 15.0
 
@@ -107,6 +108,7 @@ class Broker:
             tg.start_soon(self.outbox.run)
             tg.start_soon(self._expire_loop)
             tg.start_soon(self._watch_changes, last)
+            tg.start_soon(self._maintain)
             task_status.started()
 
     async def _expire_loop(self) -> None:
@@ -118,6 +120,11 @@ class Broker:
             with anyio.move_on_after(delay):
                 await self._expiry_wake.wait()
             self._expiry_wake = anyio.Event()
+
+    async def _maintain(self) -> None:
+        while True:
+            await anyio.sleep(MAINTAIN_SECONDS)
+            await self.store.maintain()
 
     async def _watch_changes(self, last: int) -> None:
         """Wake waiters (and listeners) for changes written by any process."""

@@ -134,12 +134,14 @@ MIGRATIONS: list[str] = [
 ]
 
 SETTLING_EVENTS = ("answered", "expired", "cancelled")
+AUTOCHECKPOINT_PAGES = 20_000  # about 80 MB of WAL
 
 
 class SqliteStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db: aiosqlite.Connection | None = None
+        self._checkpointer: aiosqlite.Connection | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -154,6 +156,9 @@ class SqliteStore:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
+            # checkpoints (which fsync) run from `maintain`, on their own connection and thread, off
+            # the request path; this only bounds the WAL if nothing calls `maintain`
+            conn.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
 
         await self._run(pragmas)
         try:
@@ -163,10 +168,23 @@ class SqliteStore:
         await self._migrate()
 
     async def close(self) -> None:
-        if self._db is not None:
-            with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):
+            if self._checkpointer is not None:
+                await self._checkpointer.close()
+                self._checkpointer = None
+            if self._db is not None:
                 await self._db.close()
-            self._db = None
+                self._db = None
+
+    async def maintain(self) -> None:
+        """Checkpoint the WAL into the database file, without blocking the request connection."""
+        if self._checkpointer is None:
+            self._checkpointer = await aiosqlite.connect(self.path, isolation_level=None)
+            await self._checkpointer.execute("PRAGMA busy_timeout = 1000")
+        try:
+            await self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.OperationalError:
+            pass  # busy: the next round will do it
 
     async def _migrate(self) -> None:
         def work(db: sqlite3.Connection) -> Any:
