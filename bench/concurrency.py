@@ -35,7 +35,6 @@ import json
 import math
 import os
 import platform
-import socket
 import sys
 import tempfile
 import time
@@ -50,12 +49,10 @@ import anyio
 import anyio.abc
 import httpx2
 
-from _concurrency_client import HOST, answer, question, raise_nofile, wave_of
+from _concurrency_client import answer, question, raise_nofile, wave_of
+from _server import READY, TOKEN, server, stop_process
 
-ROOT = Path(__file__).resolve().parent.parent
 CLIENT = Path(__file__).resolve().parent / "_concurrency_client.py"
-TOKEN = "bench-token-0123456789abcdef"
-READY = "MCP (streamable HTTP) at"
 POLL_SECONDS = 0.25
 GOAL_RSS_MB = 512.0
 GOAL_SECONDS = 2.0
@@ -81,75 +78,6 @@ def cpu_seconds(pid: int) -> float:
 
 
 # --- the server ---------------------------------------------------------------------------------
-
-
-class Server:
-    """A ``hitl-mcp serve --transport http`` subprocess whose stderr we keep line by line."""
-
-    def __init__(self, process: anyio.abc.Process) -> None:
-        self.process = process
-        self.lines: list[str] = []
-        self.ready = anyio.Event()
-
-    async def drain(self) -> None:
-        assert self.process.stderr is not None
-        buffer = b""
-        async for chunk in self.process.stderr:
-            buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                self.lines.append(line.decode(errors="replace"))
-                if READY in self.lines[-1]:
-                    self.ready.set()
-        self.ready.set()  # exited: wake the starter, which sees the return code
-
-
-@asynccontextmanager
-async def server(workdir: Path) -> AsyncIterator[tuple[Server, int]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    (workdir / "state").mkdir()
-    config = workdir / "hitl.yaml"
-    config.write_text(
-        f"server:\n  http: {{host: 127.0.0.1, port: {port}}}\n"
-        "defaults:\n  heartbeat_seconds: 300\n"
-        f"hosts:\n  {HOST}: {{budget_seconds: 3600}}\n"
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HITL_")}
-    env.update(HITL_STATE_DIR=str(workdir / "state"), HITL_WEB_TOKEN=TOKEN, PYTHONUNBUFFERED="1")
-    command = [sys.executable, "-m", "hitl_mcp", "serve", "--transport", "http", "--config", str(config)]
-    # the server inherits our RLIMIT_NOFILE, raised to the hard limit in main()
-    process = await anyio.open_process(command, env=env, stdin=-1, stdout=-1, stderr=-1, cwd=str(ROOT))
-    srv = Server(process)
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(srv.drain)
-            with anyio.fail_after(30):
-                await srv.ready.wait()
-            if process.returncode is not None or not any(READY in line for line in srv.lines):
-                raise RuntimeError("server did not start:\n" + "\n".join(srv.lines))
-            try:
-                yield srv, port
-            except BaseException:
-                tail = "\n".join(srv.lines[-30:])
-                print(f"server stderr, last lines:\n{tail}", file=sys.stderr, flush=True)
-                raise
-            tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await stop_process(process, 15)
-
-
-async def stop_process(process: anyio.abc.Process, grace: float) -> None:
-    if process.returncode is None:
-        process.terminate()
-    with anyio.move_on_after(grace):
-        await process.wait()
-    if process.returncode is None:
-        process.kill()
-        await process.wait()
-    await process.aclose()
 
 
 @dataclass

@@ -18,13 +18,10 @@ import json
 import math
 import os
 import platform
-import socket
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,10 +32,8 @@ import httpx2
 import mcp.types
 from mcp import Client
 
-ROOT = Path(__file__).resolve().parent.parent
-TOKEN = "bench-token-0123456789abcdef"
-READY = "MCP (streamable HTTP) at"
-HOST = "hitl-bench"
+from _server import HOST, READY, TOKEN, server
+
 CLIENT_INFO = mcp.types.Implementation(name=HOST, version="1")
 WAIT_SECONDS = 3000  # below the host budget below, so no call returns "pending" during a run
 MAX_SESSIONS = 20
@@ -53,65 +48,6 @@ class Call:
     done: anyio.Event = field(default_factory=anyio.Event)
     t1: float = 0.0
     result: dict[str, Any] | None = None
-
-
-class Server:
-    """A ``hitl-mcp serve --transport http`` subprocess whose stderr we keep line by line."""
-
-    def __init__(self, process: anyio.abc.Process) -> None:
-        self.process = process
-        self.lines: list[str] = []
-        self.ready = anyio.Event()
-
-    async def drain(self) -> None:
-        assert self.process.stderr is not None
-        buffer = b""
-        async for chunk in self.process.stderr:
-            buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                self.lines.append(line.decode(errors="replace"))
-                if READY in self.lines[-1]:
-                    self.ready.set()
-        self.ready.set()  # exited: wake the starter, which sees the return code
-
-
-@asynccontextmanager
-async def server(workdir: Path) -> AsyncIterator[tuple[Server, int]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    (workdir / "state").mkdir()
-    config = workdir / "hitl.yaml"
-    config.write_text(
-        f"server:\n  http: {{host: 127.0.0.1, port: {port}}}\n"
-        "defaults:\n  heartbeat_seconds: 300\n"
-        f"hosts:\n  {HOST}: {{budget_seconds: 3600}}\n"
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HITL_")}
-    env.update(HITL_STATE_DIR=str(workdir / "state"), HITL_WEB_TOKEN=TOKEN, PYTHONUNBUFFERED="1")
-    command = [sys.executable, "-m", "hitl_mcp", "serve", "--transport", "http", "--config", str(config)]
-    process = await anyio.open_process(command, env=env, stdin=-1, stdout=-1, stderr=-1, cwd=str(ROOT))
-    srv = Server(process)
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(srv.drain)
-            with anyio.fail_after(30):
-                await srv.ready.wait()
-            if process.returncode is not None or not any(READY in line for line in srv.lines):
-                raise RuntimeError("server did not start:\n" + "\n".join(srv.lines))
-            yield srv, port
-            tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            if process.returncode is None:
-                process.terminate()
-            with anyio.move_on_after(10):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-            await process.aclose()
 
 
 async def hold(client: Client, call: Call) -> None:
