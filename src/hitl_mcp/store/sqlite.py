@@ -131,6 +131,10 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX deliveries_channel ON deliveries(channel, action, status);
     """,
+    # 3: a request's own deliveries by index: settling a request must not scan every sent row
+    """
+    CREATE INDEX deliveries_request ON deliveries(request_id, action, status);
+    """,
 ]
 
 SETTLING_EVENTS = ("answered", "expired", "cancelled")
@@ -544,19 +548,20 @@ class SqliteStore:
             if not ids:
                 return []
             due += " OR status = 'held'"
-        where = f"channel IN ({marks}) AND ({due})"
+        # the status IN (...) lets the planner walk deliveries_due instead of scanning the table
+        where = f"status IN ('queued', 'sending', 'held') AND channel IN ({marks}) AND ({due})"
         if ids is not None:
             where += f" AND id IN ({','.join('?' * len(ids))})"
             args.extend(ids)
+        due_rows = f"FROM deliveries INDEXED BY deliveries_due WHERE {where}"
         claim = (
             "UPDATE deliveries SET status = 'sending', claimed_at = ?, attempts = attempts + 1,"
-            " updated_at = ?"
-            f" WHERE id IN (SELECT id FROM deliveries WHERE {where} ORDER BY id LIMIT ?) RETURNING *"
+            f" updated_at = ? WHERE id IN (SELECT id {due_rows} ORDER BY id LIMIT ?) RETURNING *"
         )
 
         def work(db: sqlite3.Connection) -> Any:
             # a cheap look first: an idle poll takes no write lock
-            if db.execute(f"SELECT 1 FROM deliveries WHERE {where} LIMIT 1", args).fetchone() is None:
+            if db.execute(f"SELECT 1 {due_rows} LIMIT 1", args).fetchone() is None:
                 return []
             with _transaction(db):
                 rows = db.execute(claim, (now, now, *args, limit)).fetchall()
