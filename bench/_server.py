@@ -20,6 +20,16 @@ READY = "MCP (streamable HTTP) at"
 HOST = "hitl-bench"
 
 
+async def lines(stream: anyio.abc.ByteReceiveStream) -> AsyncIterator[str]:
+    """The stream's lines, decoded, until it ends."""
+    buffer = b""
+    async for chunk in stream:
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            yield line.decode(errors="replace")
+
+
 class Server:
     """The subprocess, whose stderr we keep line by line."""
 
@@ -30,14 +40,10 @@ class Server:
 
     async def drain(self) -> None:
         assert self.process.stderr is not None
-        buffer = b""
-        async for chunk in self.process.stderr:
-            buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                self.lines.append(line.decode(errors="replace"))
-                if READY in self.lines[-1]:
-                    self.ready.set()
+        async for line in lines(self.process.stderr):
+            self.lines.append(line)
+            if READY in line:
+                self.ready.set()
         self.ready.set()  # exited: wake the starter, which sees the return code
 
 

@@ -50,7 +50,7 @@ import anyio.abc
 import httpx2
 
 from _concurrency_client import answer, question, raise_nofile, wave_of
-from _server import READY, TOKEN, server, stop_process
+from _server import READY, TOKEN, lines, server, stop_process
 
 CLIENT = Path(__file__).resolve().parent / "_concurrency_client.py"
 POLL_SECONDS = 0.25
@@ -135,12 +135,8 @@ class Worker:
 
     async def drain_stdout(self) -> None:
         assert self.process.stdout is not None
-        buffer = b""
-        async for chunk in self.process.stdout:
-            buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                self.handle(json.loads(line))
+        async for line in lines(self.process.stdout):
+            self.handle(json.loads(line))
         self.ready.set()  # exited: wake whoever waits; they check
         self.reported.set()
 
@@ -159,12 +155,8 @@ class Worker:
 
     async def drain_stderr(self) -> None:
         assert self.process.stderr is not None
-        buffer = b""
-        async for chunk in self.process.stderr:
-            buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                self.stderr.append(line.decode(errors="replace"))
+        async for line in lines(self.process.stderr):
+            self.stderr.append(line)
 
     def dead(self) -> str | None:
         if self.process.returncode is None:
