@@ -349,7 +349,6 @@ def _announce(runtime: Runtime, transport: Transport, url: str) -> None:
 
 
 def _token_configured(config: Config) -> bool:
-    import os
 
     tokens = [getattr(c, "token", None) for c in config.channels.values() if c.type == "web"]
     return any(tokens) or bool(os.environ.get("HITL_WEB_TOKEN"))

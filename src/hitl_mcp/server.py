@@ -52,7 +52,7 @@ from hitl_mcp import __version__
 from hitl_mcp.broker import AskSpec, Broker, BrokerError, ReplyInvalid
 from hitl_mcp.channels import elicitation
 from hitl_mcp.hosts import host_budget
-from hitl_mcp.models import Kind, NotifyResult, Outcome, Request
+from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json
 from hitl_mcp.results import describe, format_duration, to_outcome
 
 log = logging.getLogger("hitl_mcp.server")
@@ -622,7 +622,6 @@ def result(outcome: Outcome, request: Request) -> CallToolResult:
 
 
 def _json_size(payload: Any) -> str:
-    from hitl_mcp.models import canonical_json
 
     try:
         return canonical_json(payload)
