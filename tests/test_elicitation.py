@@ -7,23 +7,30 @@ and the client retries with the answer.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
 import stat
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp import types as mcp_types
 from mcp.client import ClientRequestContext
 
-from hitl_mcp.broker import Broker
+from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.channels import elicitation
 from hitl_mcp.config import Config, parse_config
-from hitl_mcp.models import Kind, Request, Status
+from hitl_mcp.host_forms import FORM_KEY
+from hitl_mcp.models import Kind, Request, Status, now
 from hitl_mcp.runtime import Runtime
-from hitl_mcp.server import FORM_KEY, STATE_KEY_FILE
+from hitl_mcp.server import STATE_KEY_FILE
+from hitl_mcp.web.auth import WebAuth
+from hitl_mcp.web.links import GRANT_COOKIE, RequestLinks
 from tests.conftest import (
     PYTHON,
     TOKEN,
@@ -530,3 +537,211 @@ async def test_form_over_stdio_in_both_eras(tmp_path: Path, state_dir: Path, mod
         assert question["answer"] == "Sam" and question["channel"] == "elicitation"
     assert len(host.shown) == 2
     assert stat.S_IMODE((state_dir / STATE_KEY_FILE).stat().st_mode) == 0o600
+
+
+# ------------------------------------------------------------------------------------- URL mode
+
+
+INBOX = "http://127.0.0.1"
+
+
+def url_config() -> Config:
+    return parse_config(
+        f"""
+defaults:
+  heartbeat_seconds: 1
+channels:
+  web: {{type: web, token: {TOKEN}}}
+  elicitation: {{type: elicitation, mode: url}}
+""",
+        source="test.yaml",
+    )
+
+
+@contextlib.asynccontextmanager
+async def browser(rt: Runtime) -> AsyncIterator[httpx2.AsyncClient]:
+    """A browser with no inbox session: only what a link grants."""
+    transport = httpx2.ASGITransport(app=rt.http_app(None, "stdio", "127.0.0.1"))
+    async with httpx2.AsyncClient(transport=transport, base_url=INBOX) as client:
+        yield client
+
+
+def csrf_of(page: str) -> str:
+    match = re.search(r'<meta name="csrf-token" content="([^"]+)">', page)
+    assert match, "the page carries no CSRF token"
+    return match.group(1)
+
+
+class LinkHost:
+    """A host that shows the URL it is given and says the person opened it (or declined)."""
+
+    def __init__(self, accept: bool = True) -> None:
+        self.accept = accept
+        self.shown: list[mcp_types.ElicitRequestURLParams] = []
+        self.seen = anyio.Event()
+        self.completed: list[str] = []
+
+    async def __call__(
+        self, context: ClientRequestContext, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult:
+        assert isinstance(params, mcp_types.ElicitRequestURLParams)
+        self.shown.append(params)
+        self.seen.set()
+        return mcp_types.ElicitResult(action="accept" if self.accept else "decline")
+
+    async def notified(self, message: Any) -> None:
+        root = getattr(message, "root", message)
+        if isinstance(root, mcp_types.ElicitCompleteNotification):
+            self.completed.append(root.params.elicitation_id)
+
+
+async def answer_in_browser(rt: Runtime, url: str, answer: dict[str, str]) -> str:
+    """Open the link as a fresh browser, answer on the page it leads to; returns that page."""
+    async with browser(rt) as web:
+        opened = await web.get(url)
+        assert opened.status_code == 303, opened.text
+        page = await web.get(opened.headers["location"])
+        assert page.status_code == 200
+        sent = await web.post(
+            opened.headers["location"] + "/answer", data={**answer, "csrf": csrf_of(page.text)}
+        )
+        assert sent.status_code == 303, sent.text
+        return page.text
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_url_mode_link_opens_the_request_page_and_the_answer_there_wins(
+    state_dir: Path, mode: str
+) -> None:
+    host = LinkHost()
+    out: dict[str, Any] = {}
+    async with running(state_dir, url_config()) as rt:
+        rt.inbox_url = INBOX
+        async with Client(
+            rt.build_mcp(), mode=mode, elicitation_callback=host, message_handler=host.notified
+        ) as client:
+
+            async def call() -> None:
+                args = {"action": "Drop the staging database", "wait_seconds": 30}
+                out.update(sc(await client.call_tool("request_approval", args)))
+
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call)
+                    await host.seen.wait()
+                    (shown,) = host.shown
+                    page = await answer_in_browser(
+                        rt, shown.url, {"decision": "deny", "comment": "not today"}
+                    )
+        assert out["status"] == "answered" and out["approved"] is False
+        assert (out["channel"], out["responder"], out["comment"]) == (
+            "elicitation",
+            "host user (mcp)",
+            "not today",
+        )
+        assert shown.url.startswith(f"{INBOX}/link/") and "Drop the staging database" in shown.message
+        assert "Drop the staging database" in page
+        assert 'href="/history"' not in page  # the grant shows this request, not the inbox
+        broker = await rt.broker()
+        audit = [row.event for row in await broker.store.audit(out["request_id"])]
+        assert audit.index("link_offered") < audit.index("link_opened") < audit.index("answered")
+        assert "link_accepted" in audit
+        if mode == "legacy":
+            assert host.completed == [shown.elicitation_id]  # the host may stop waiting for the browser
+
+        async with browser(rt) as web:
+            again = await web.get(shown.url)
+            assert again.status_code == 409 and "already" in again.text  # single use
+
+
+async def test_a_link_grants_its_own_request_and_nothing_else(state_dir: Path) -> None:
+    async with running(state_dir, url_config()) as rt:
+        broker = await rt.broker()
+        first, _ = await broker.ask(_spec("Which region?"))
+        other, _ = await broker.ask(_spec("Rotate the keys?"))
+        links = RequestLinks(rt.auth)
+        token = links.issue(first.id, "elicitation", "host user (x)", now() + 60)
+        async with browser(rt) as web:
+            opened = await web.get(f"/link/{token}")
+            assert opened.status_code == 303 and opened.headers["location"] == f"/requests/{first.id}"
+            cookie = opened.cookies[GRANT_COOKIE]
+            assert (await web.get(f"/requests/{first.id}")).status_code == 200
+        # the cookie is scoped to that request's page; sent everywhere by hand, it grants nothing else
+        async with browser(rt) as thief:
+            thief.cookies.set(GRANT_COOKIE, cookie)
+            for path in (f"/requests/{other.id}", "/", "/history", "/api/requests"):
+                assert (await thief.get(path)).status_code == 401, path
+            forged = await thief.post(f"/requests/{other.id}/answer", data={"text": "eu", "csrf": "x"})
+            assert forged.status_code == 401
+        async with browser(rt) as web:
+            web.cookies.set(GRANT_COOKIE, cookie)
+            # the grant's CSRF token is its own: the inbox's does not answer through it
+            page = (await web.get(f"/requests/{first.id}")).text
+            assert csrf_of(page) != rt.auth.csrf_token
+            wrong = await web.post(
+                f"/requests/{first.id}/answer", data={"text": "eu", "csrf": rt.auth.csrf_token}
+            )
+            assert wrong.status_code == 403
+        assert (await broker.get_or_raise(other.id)).is_open
+        assert (await broker.get_or_raise(first.id)).is_open
+
+
+async def test_forged_expired_and_unknown_links_are_refused(state_dir: Path) -> None:
+    async with running(state_dir, url_config()) as rt:
+        broker = await rt.broker()
+        request, _ = await broker.ask(_spec("Ship it?"))
+        links = RequestLinks(rt.auth)
+        good = links.issue(request.id, "elicitation", "host user", now() + 60)
+        payload, _, sig = good.rpartition(".")
+        tampered = payload.replace(request.id, "0" * len(request.id)) + "." + sig
+        other_key = RequestLinks(WebAuth("another-token", "test")).issue(
+            request.id, "elicitation", "x", now() + 60
+        )
+        expired = links.issue(request.id, "elicitation", "host user", now() - 1)
+        unknown = links.issue("ffffffffffffffff", "elicitation", "host user", now() + 60)
+        async with browser(rt) as web:
+            for token, status in [
+                (tampered, 404),
+                (other_key, 404),
+                ("garbage", 404),
+                (expired, 410),
+                (unknown, 404),
+            ]:
+                got = await web.get(f"/link/{token}")
+                assert got.status_code == status, (token, got.status_code)
+                assert GRANT_COOKIE not in got.cookies
+        assert [r.event for r in await broker.store.audit(request.id)].count("link_opened") == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_declined_link_as_only_channel_settles_the_request(state_dir: Path, mode: str) -> None:
+    async with running(state_dir, url_config()) as rt:
+        rt.inbox_url = INBOX
+        host = LinkHost(accept=False)
+        async with Client(rt.build_mcp(), mode=mode, elicitation_callback=host) as client:
+            out = sc(
+                await client.call_tool(
+                    "request_approval",
+                    {"action": "Reboot", "channels": ["elicitation"], "wait_seconds": 30},
+                )
+            )
+        assert out["status"] == "cancelled" and out["approved"] is False
+        audit = [row.event for row in await (await rt.broker()).store.audit(out["request_id"])]
+        assert "link_declined" in audit
+
+
+async def test_url_mode_without_an_inbox_address_is_skipped(state_dir: Path) -> None:
+    async with running(state_dir, url_config()) as rt:
+        host = LinkHost()
+        async with Client(rt.build_mcp(), mode="legacy", elicitation_callback=host) as client:
+            out = sc(
+                await client.call_tool(
+                    "ask_user", {"question": "Now?", "channels": ["elicitation"], "wait_seconds": 30}
+                )
+            )
+        assert out["status"] == "pending" and out["next_step"].startswith("Nobody was reached")
+        assert "no address to link to" in out["next_step"] and host.shown == []
+
+
+def _spec(text: str) -> AskSpec:
+    return AskSpec(kind=Kind.QUESTION, text=text, channels=["web"])

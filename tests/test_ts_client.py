@@ -106,6 +106,18 @@ async def test_elicitation_handler_answers_a_question_and_a_deny(tmp_path: Path)
     assert "Drop the staging database" in denied["message"] and "Risk: high" in denied["message"]
 
 
+async def test_url_mode_offers_the_inbox_page_to_a_client_that_opens_links(tmp_path: Path) -> None:
+    seen = await scenario("link", Server(tmp_path))
+    (shown,) = seen["shown"]
+    assert shown["mode"] == "url" and "Rotate the signing keys" in shown["message"]
+    assert shown["url"].startswith("http://127.0.0.1:") and "/link/" in shown["url"]
+    assert seen["page_names_action"]
+    approval = seen["approval"]
+    assert approval["status"] == "answered" and approval["approved"] is True
+    assert approval["channel"] == "elicitation" and approval["responder"] == "host user (ts-link)"
+    assert seen["completed"] == [shown["elicitationId"]]
+
+
 def _inspector(server: Server, *method: str) -> list[str]:
     return [
         str(INSPECTOR),

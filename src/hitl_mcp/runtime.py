@@ -28,10 +28,12 @@ from hitl_mcp.broker import Broker, Defaults
 from hitl_mcp.channels import channel_module
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.config import Config
+from hitl_mcp.host_forms import Linking
 from hitl_mcp.models import Kind
 from hitl_mcp.net import is_loopback
 from hitl_mcp.server import Settings, build_server
 from hitl_mcp.web.auth import WebAuth, load_web_auth
+from hitl_mcp.web.links import RequestLinks
 
 # imported when first needed, so that over stdio `initialize` is answered before they load
 SIDE_MODULES = ("uvicorn", "aiosqlite", "hitl_mcp.store.sqlite", "hitl_mcp.web.api", "hitl_mcp.web.limits")
@@ -72,6 +74,8 @@ class Runtime:
         self.web_channel = web[0] if web else "api"
         token = getattr(config.channels[web[0]], "token", None) if web else None
         self.auth: WebAuth = load_web_auth(token.get_secret_value() if token else None, state_dir)
+        self.inbox_url: str | None = config.server.public_url
+        """Where a person's browser reaches the inbox: ``server.public_url``, else where we listen."""
 
     async def broker(self) -> Broker:
         await self._ready.wait()
@@ -86,6 +90,7 @@ class Runtime:
             max_block_seconds=d.max_block_seconds,
             host_overrides={name: h.budget_seconds for name, h in self.config.hosts.items()},
             state_dir=self.state_dir,
+            linking=Linking(self.inbox_url, RequestLinks(self.auth)) if self.inbox_url else None,
         )
 
     def build_mcp(self) -> MCPServer:
@@ -268,8 +273,9 @@ async def serve(config: Config, state_dir: Path, transport: Transport, host: str
         )
     prepare_state_dir(state_dir)
     runtime = Runtime(config, state_dir)
-    mcp = runtime.build_mcp()
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    runtime.inbox_url = runtime.inbox_url or url
+    mcp = runtime.build_mcp()
     sock = bind(host, port)
     if sock is None and transport != "stdio":
         raise ConfigRefused(f"port {port} on {host} is already in use")

@@ -4,31 +4,16 @@ A call blocks at most the host's budget (see ``hosts.py``), sends ``notification
 ``heartbeat_seconds`` when the client sent a progress token, then returns ``status: pending``.
 The request outlives the call: ``wait_for_response`` picks it up later.
 
-When the request's channels include an elicitation channel and the client can show forms, the
-call also offers the request in the host's own window (:class:`HostForms`):
-
-- handshake era (stdio, SSE, stateful HTTP): an ``elicitation/create`` request races the other
-  channels while the call waits; the first valid answer wins, and a form still open when another
-  channel wins (or the budget runs out) is cancelled;
-- 2026-07-28: the call returns an ``InputRequiredResult`` carrying the form; the client retries
-  with the answer, which is settled, and the retry then waits like any call. The round-trip state
-  is sealed under a key kept in the state directory, so a retry survives a restart.
-
-A declined or dismissed form means this person did not answer here: it is audited and not offered
-again for that request, and the request stays open on its other channels. When the host's form was
-its only channel, the request is cancelled with the reason "declined in the host's form" (an
-approval so settled is not approved).
+When the request's channels include an elicitation channel and the client can show forms or open
+links, the call also offers the request in the host's own window (``host_forms.py``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
-import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -36,21 +21,21 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.request_state import RequestStateSecurity
-from mcp.types import (
-    CallToolResult,
-    ElicitRequest,
-    ElicitRequestFormParams,
-    ElicitResult,
-    InputRequiredResult,
-    TextContent,
-    ToolAnnotations,
-)
-from mcp_types.version import is_version_at_least
+from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from hitl_mcp import __version__
-from hitl_mcp.broker import AskSpec, Broker, BrokerError, ReplyInvalid
-from hitl_mcp.channels import elicitation
+from hitl_mcp.broker import AskSpec, Broker, BrokerError
+from hitl_mcp.host_forms import (
+    FORM_ATTEMPTS,
+    HostForms,
+    Linking,
+    Offer,
+    client_name,
+    form_state,
+    is_modern,
+    session_key,
+)
 from hitl_mcp.hosts import host_budget
 from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json
 from hitl_mcp.results import describe, format_duration, to_outcome
@@ -64,8 +49,6 @@ status "pending": that is normal. The person still has the request; call wait_fo
 its request_id to keep waiting, and never ask the same thing again. An approval is given only
 when approved is true; an expired or cancelled approval is a no.
 """
-
-ProcessSession = uuid.uuid4().hex
 
 Text = Annotated[str, Field(min_length=1, max_length=4000)]
 ChannelList = Annotated[
@@ -111,12 +94,6 @@ Waited = OutcomeResult | InputRequiredResult
 STATE_KEY_FILE = "request-state.key"
 #: how long a sealed round-trip state stays valid: longer than any request lives (30 days at most)
 REQUEST_STATE_TTL = 31 * 86400.0
-#: the first protocol version whose tool calls carry a form inside an ``InputRequiredResult``
-INPUT_REQUIRED_VERSION = "2026-07-28"
-#: the key of our form in an ``InputRequiredResult``
-FORM_KEY = "hitl-mcp:form"
-#: how often the form is shown again after an answer that does not fit, within one call
-FORM_ATTEMPTS = 3
 
 
 class Settings:
@@ -128,12 +105,15 @@ class Settings:
         max_block_seconds: float | None = None,
         host_overrides: dict[str, float] | None = None,
         state_dir: Path | None = None,
+        linking: Linking | None = None,
     ) -> None:
         self.heartbeat_seconds = heartbeat_seconds
         self.max_block_seconds = max_block_seconds
         self.host_overrides = host_overrides or {}
         self.state_dir = state_dir
         """Where the request-state key is kept; None: a key that dies with the process."""
+        self.linking = linking
+        """Where links to the inbox point (URL-mode elicitation); None: no links."""
 
 
 def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings) -> MCPServer:
@@ -145,7 +125,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
     mcp = MCPServer(
         "hitl-mcp", instructions=INSTRUCTIONS, version=__version__, request_state_security=security
     )
-    forms = HostForms(settings)
+    forms = HostForms(settings.heartbeat_seconds, settings.linking)
 
     async def waited(ctx: Context, request: Request, wait_seconds: float | None) -> Waited:
         broker = await get_broker()
@@ -154,17 +134,17 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         if state is not None and state.request_id == request.id:
             # 2026-07-28: the retry that carries the host form's answer
             answered_here = True
-            note = await forms.settle_input(ctx, broker, request)
+            note = await forms.settle_input(ctx, broker, request, state)
             request = await broker.get_or_raise(request.id)
             if note is not None and request.is_open and state.attempt + 1 < FORM_ATTEMPTS:
                 channel = forms.channel_of(broker, request)
                 if channel is not None:
-                    return await forms.ask_in_result(ctx, broker, request, channel, state.attempt + 1, note)
+                    again = Offer(channel=channel, mode=state.mode)
+                    return await forms.ask_in_result(ctx, broker, request, again, state.attempt + 1, note)
         budget = call_budget(ctx, settings, wait_seconds)
         offer = Offer() if answered_here else await forms.offer(ctx, broker, request, budget)
-        channel = offer.channel
-        if channel is not None and is_modern(ctx):
-            return await forms.ask_in_result(ctx, broker, request, channel, 0, None)
+        if offer.channel is not None and is_modern(ctx):
+            return await forms.ask_in_result(ctx, broker, request, offer, 0, None)
         undelivered: list[dict[str, str]] = []
         if offer.skipped is not None and forms.only_form(broker, request):
             # nobody else has the request and this host cannot show it: waiting would be pointless
@@ -181,8 +161,8 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         try:
             if request.is_open and budget > 0:
                 await tick(0.0)
-            if channel is not None:
-                request = await forms.race(ctx, broker, request, channel, budget, tick)
+            if offer.channel is not None:
+                request = await forms.race(ctx, broker, request, offer, budget, tick)
             else:
                 request = await broker.wait(request.id, budget, tick, settings.heartbeat_seconds)
         except anyio.get_cancelled_exc_class():
@@ -364,213 +344,6 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
     return mcp
 
 
-# --- the host's own window (MCP elicitation) -----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Offer:
-    """Whether this call offers the request's form: through ``channel``, or not, and if the
-    host cannot show forms at all, why (``skipped``)."""
-
-    channel: str | None = None
-    skipped: str | None = None
-
-
-@dataclass(frozen=True)
-class FormState:
-    """Our plaintext inside the sealed ``request_state`` of a 2026-07-28 round trip."""
-
-    request_id: str
-    attempt: int
-
-
-class HostForms:
-    """Drives the elicitation channel from inside tool calls."""
-
-    MAX_TOLD = 10_000
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.open: set[str] = set()
-        """Requests with a form open in this process: one form per request at a time."""
-        self.told: set[str] = set()
-        """Sessions whose host cannot show forms, already logged."""
-
-    @staticmethod
-    def channel_of(broker: Broker, request: Request) -> str | None:
-        """The request's elicitation channel, if it has one."""
-        for name in request.channels:
-            channel = broker.channels.get(name)
-            if channel is not None and channel.type == elicitation.Channel.type:
-                return name
-        return None
-
-    @staticmethod
-    def only_form(broker: Broker, request: Request) -> bool:
-        """Whether the host's form is the request's only channel."""
-        return all(
-            getattr(broker.channels.get(name), "type", None) == elicitation.Channel.type
-            for name in request.channels
-        )
-
-    @staticmethod
-    def why_not(ctx: Context) -> str | None:
-        """Why this call cannot show a form, or None when it can."""
-        caps = ctx.client_capabilities
-        form = caps.elicitation if caps is not None else None
-        # a bare `elicitation: {}` (before modes existed) means forms; url-only does not
-        if form is None or (form.form is None and form.url is not None):
-            return "the MCP client does not support forms (no elicitation capability)"
-        if not is_modern(ctx) and not ctx.session.can_send_request:
-            return "this connection cannot carry a form (stateless or JSON-response HTTP)"
-        return None
-
-    async def offer(self, ctx: Context, broker: Broker, request: Request, budget: float) -> Offer:
-        channel = self.channel_of(broker, request)
-        if channel is None or not request.is_open:
-            return Offer()
-        reason = self.why_not(ctx)
-        if reason is not None:
-            self._tell(ctx, reason)
-            return Offer(skipped=f"not offered: {reason}")
-        if budget <= 0 or request.id in self.open:
-            return Offer()
-        if await broker.state_get(channel, _declined_key(request.id)) is not None:
-            return Offer()  # this person already said no here
-        return Offer(channel=channel)
-
-    def _tell(self, ctx: Context, reason: str) -> None:
-        # 2026-07-28 has no sessions: there, once per client (by name) per process
-        key = f"client:{client_name(ctx)}" if is_modern(ctx) else session_key(ctx)
-        if key in self.told:
-            return
-        if len(self.told) >= self.MAX_TOLD:
-            self.told.clear()
-        self.told.add(key)
-        log.info("hitl-mcp: the host's form is skipped for %s: %s", client_name(ctx) or "this client", reason)
-
-    async def race(
-        self,
-        ctx: Context,
-        broker: Broker,
-        request: Request,
-        channel: str,
-        budget: float,
-        tick: Callable[[float], Awaitable[None]],
-    ) -> Request:
-        """Handshake era: the form and the other channels race for ``budget`` seconds."""
-        if request.id in self.open:  # another call shows it already
-            return await broker.wait(request.id, budget, tick, self.settings.heartbeat_seconds)
-        self.open.add(request.id)
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._show, ctx, broker, request, channel, budget)
-                settled = await broker.wait(request.id, budget, tick, self.settings.heartbeat_seconds)
-                tg.cancel_scope.cancel()  # another channel won, or the budget ran out: close the form
-        finally:
-            self.open.discard(request.id)
-        return settled
-
-    async def _show(
-        self, ctx: Context, broker: Broker, request: Request, channel: str, budget: float
-    ) -> None:
-        """Show the form until it is answered, declined or withdrawn; a failure here never fails the
-        call: the other channels go on."""
-        who = responder(ctx)
-        form = elicitation.render(request, [n for n in request.channels if n != channel])
-        note: str | None = None
-        try:
-            with anyio.move_on_after(budget):  # never longer than the call may wait
-                for _ in range(FORM_ATTEMPTS):
-                    await broker.record(request.id, "form_offered", who, {"channel": channel})
-                    message = form.message if note is None else f"{note}\n\n{form.message}"
-                    answer = await ctx.session.elicit_form(
-                        message, form.schema, related_request_id=ctx.request_id
-                    )
-                    note = await self.settle(broker, request, channel, answer, who)
-                    if note is None:
-                        return
-        except Exception as exc:  # the client refused the form or sent something malformed
-            log.info("hitl-mcp: the host's form failed for request %s: %s", request.id, exc)
-            with anyio.CancelScope(shield=True):
-                await broker.record(request.id, "form_failed", who, {"channel": channel, "error": str(exc)})
-
-    async def settle(
-        self, broker: Broker, request: Request, channel: str, answer: ElicitResult, who: str
-    ) -> str | None:
-        """Apply the form's answer. Returns a note to show the form again with, or None when done."""
-        if answer.action == "accept":
-            reply = elicitation.reply_from(request, answer.content, channel, who)
-            try:
-                await broker.resolve(request.id, reply)  # a late answer is recorded as losing
-            except ReplyInvalid as exc:
-                await broker.record(request.id, "form_invalid", who, {"channel": channel, "error": str(exc)})
-                return f"That answer does not fit: {exc}."
-            return None
-        declined = answer.action == "decline"
-        await broker.record(
-            request.id, "form_declined" if declined else "form_dismissed", who, {"channel": channel}
-        )
-        await broker.state_set(channel, _declined_key(request.id), answer.action)
-        current = await broker.get_or_raise(request.id)
-        if current.is_open and self.only_form(broker, current):
-            reason = (
-                "declined in the host's form" if declined else "dismissed the host's form without answering"
-            )
-            await broker.cancel(request.id, reason, who)
-        return None
-
-    async def ask_in_result(
-        self, ctx: Context, broker: Broker, request: Request, channel: str, attempt: int, note: str | None
-    ) -> InputRequiredResult:
-        """2026-07-28: the form travels in the result; the client retries with the answer."""
-        await broker.record(request.id, "form_offered", responder(ctx), {"channel": channel})
-        form = elicitation.render(request, [n for n in request.channels if n != channel])
-        message = form.message if note is None else f"{note}\n\n{form.message}"
-        return InputRequiredResult(
-            input_requests={
-                FORM_KEY: ElicitRequest(
-                    params=ElicitRequestFormParams(message=message, requested_schema=form.schema)
-                )
-            },
-            request_state=json.dumps({"v": 1, "r": request.id, "a": attempt}),
-        )
-
-    async def settle_input(self, ctx: Context, broker: Broker, request: Request) -> str | None:
-        """2026-07-28: apply the answer a retry carries; see ``settle``."""
-        channel = self.channel_of(broker, request)
-        answer = (ctx.input_responses or {}).get(FORM_KEY)
-        if channel is None or not isinstance(answer, ElicitResult):
-            return None  # retried without an answer: this person did not answer here
-        return await self.settle(broker, request, channel, answer, responder(ctx))
-
-
-def _declined_key(request_id: str) -> str:
-    return f"declined:{request_id}"
-
-
-def form_state(ctx: Context) -> FormState | None:
-    """Our state from a 2026-07-28 retry; the SDK has unsealed (and so authenticated) it."""
-    raw = ctx.request_state
-    if raw is None:
-        return None
-    try:
-        data = json.loads(raw)
-        return FormState(str(data["r"]), int(data["a"])) if data.get("v") == 1 else None
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
-
-
-def is_modern(ctx: Context) -> bool:
-    version = ctx.protocol_version
-    return version is not None and is_version_at_least(version, INPUT_REQUIRED_VERSION)
-
-
-def responder(ctx: Context) -> str:
-    name = client_name(ctx)
-    return f"host user ({name})" if name else "host user"
-
-
 def call_budget(ctx: Context, settings: Settings, wait_seconds: float | None) -> float:
     """How long this call may block: the host's budget, capped by config and the caller."""
     params = ctx.request_context.params or {}
@@ -627,20 +400,3 @@ def _json_size(payload: Any) -> str:
         return canonical_json(payload)
     except (TypeError, ValueError) as exc:
         raise ToolError(f"payload: not JSON ({exc})") from None
-
-
-def client_name(ctx: Context) -> str | None:
-    params = ctx.session.client_params
-    return params.client_info.name if params is not None else None
-
-
-def session_key(ctx: Context) -> str:
-    """Which MCP session a call belongs to: the connection, else the HTTP session, else the process."""
-    connection = getattr(ctx.session, "_connection", None)
-    state = getattr(connection, "state", None)
-    if isinstance(state, dict):
-        return "conn:" + state.setdefault("hitl_session", uuid.uuid4().hex)
-    headers = ctx.headers
-    if headers is not None and headers.get("mcp-session-id"):
-        return "http:" + headers["mcp-session-id"]
-    return "proc:" + ProcessSession

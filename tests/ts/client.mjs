@@ -8,7 +8,10 @@
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+import {
+  ElicitationCompleteNotificationSchema,
+  ElicitRequestSchema,
+} from "@modelcontextprotocol/sdk/types.js";
 
 const env = (name) => {
   const value = process.env[name];
@@ -128,7 +131,57 @@ async function elicitation() {
   }
 }
 
-const scenarios = { heartbeat, budget, elicitation };
+/** Open a link as a fresh browser would (no inbox session), then answer on the page it leads to. */
+async function answerThroughLink(url, answer) {
+  const opened = await fetch(url, { redirect: "manual" });
+  if (opened.status !== 303) throw new Error(`link: HTTP ${opened.status}`);
+  const cookie = opened.headers.get("set-cookie").split(";")[0];
+  const page = new URL(opened.headers.get("location"), url);
+  const html = await (await fetch(page, { headers: { Cookie: cookie } })).text();
+  const csrf = html.match(/<meta name="csrf-token" content="([^"]+)">/)[1];
+  const sent = await fetch(`${page}/answer`, {
+    method: "POST",
+    redirect: "manual",
+    headers: { Cookie: cookie, "Content-Type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams({ ...answer, csrf }),
+  });
+  if (sent.status !== 303) throw new Error(`answer: HTTP ${sent.status}`);
+  return html;
+}
+
+// URL-mode elicitation: a client that opens links but shows no forms. The server offers the
+// request's inbox page; the "person" opens it and approves there; the server says it is complete.
+async function link() {
+  const { client } = await connect("ts-link", { elicitation: { url: {} } });
+  const shown = [];
+  const completed = [];
+  let answering = null;
+  client.setRequestHandler(ElicitRequestSchema, async (request) => {
+    shown.push(request.params);
+    answering = answerThroughLink(request.params.url, { decision: "approve", comment: "go" });
+    return { action: "accept" }; // the person agreed to open the link
+  });
+  client.setNotificationHandler(ElicitationCompleteNotificationSchema, (notification) => {
+    completed.push(notification.params.elicitationId);
+  });
+  try {
+    const approval = await client.callTool({
+      name: "request_approval",
+      arguments: { action: "Rotate the signing keys", wait_seconds: 30 },
+    });
+    const page = await answering;
+    return {
+      shown,
+      completed,
+      approval: approval.structuredContent,
+      page_names_action: page.includes("Rotate the signing keys"),
+    };
+  } finally {
+    await client.close();
+  }
+}
+
+const scenarios = { heartbeat, budget, elicitation, link };
 const name = process.argv[2];
 if (!(name in scenarios)) {
   console.error(`usage: node client.mjs ${Object.keys(scenarios).join("|")}`);

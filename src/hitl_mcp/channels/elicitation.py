@@ -29,6 +29,9 @@ PAYLOAD_PREVIEW = 1500
 
 class Config(ChannelConfig):
     type: Literal["elicitation"] = "elicitation"
+    mode: Literal["auto", "form", "url"] = "auto"
+    """auto: a form when the client shows forms, else a link to the request's inbox page when it
+    opens URLs (URL-mode elicitation); form or url: only that."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,374 @@
+"""The host's own window: the elicitation channel driven from inside the tool call that waits.
+
+Two ways to reach the person in the host, chosen per call from what the client declares and the
+channel's ``mode`` (``auto``: a form when the client shows forms, else a link when it opens URLs):
+
+- **form**: the request as a form (``channels/elicitation.py`` renders it); the answer is the reply;
+- **url**: a signed, single-use, expiring link to the request's inbox page (``web/links.py``); the
+  host asks the person to open it, the answer is given on that page, and once the request settles
+  the client is told (``notifications/elicitation/complete``).
+
+Per protocol era:
+
+- handshake era (stdio, SSE, stateful HTTP): an ``elicitation/create`` request races the other
+  channels while the call waits; the first valid answer wins, and a form still open when another
+  channel wins (or the budget runs out) is cancelled;
+- 2026-07-28: the call returns an ``InputRequiredResult`` carrying the form or link; the client
+  retries with the answer, which is settled, and the retry then waits like any call. The round-trip
+  state is sealed by the SDK under a key kept in the state directory, so a retry survives a restart.
+
+A declined or dismissed form or link means this person did not answer here: it is audited and not
+offered again for that request, and the request stays open on its other channels. When the host's
+window was its only channel, the request is cancelled with the reason "declined in the host's form"
+(an approval so settled is not approved).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import anyio
+from mcp.server.mcpserver import Context
+from mcp.types import (
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitRequestURLParams,
+    ElicitResult,
+    InputRequiredResult,
+)
+from mcp_types.version import is_version_at_least
+
+from hitl_mcp.broker import Broker, ReplyInvalid
+from hitl_mcp.channels import elicitation
+from hitl_mcp.models import Request, now
+from hitl_mcp.web.links import LINK_PATH, RequestLinks
+
+log = logging.getLogger("hitl_mcp.server")
+
+#: the first protocol version whose tool calls carry a form inside an ``InputRequiredResult``
+INPUT_REQUIRED_VERSION = "2026-07-28"
+#: the key of our form in an ``InputRequiredResult``
+FORM_KEY = "hitl-mcp:form"
+#: how often the form is shown again after an answer that does not fit, within one call
+FORM_ATTEMPTS = 3
+#: the longest a link to the inbox stays valid (less when the request expires sooner)
+LINK_TTL = 86400.0
+
+Mode = Literal["form", "url"]
+Tick = Callable[[float], Awaitable[None]]
+
+ProcessSession = uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class Offer:
+    """Whether this call offers the request in the host's window: through ``channel`` in ``mode``,
+    or not, and if the host cannot show it at all, why (``skipped``)."""
+
+    channel: str | None = None
+    mode: Mode = "form"
+    skipped: str | None = None
+
+
+@dataclass(frozen=True)
+class FormState:
+    """Our plaintext inside the sealed ``request_state`` of a 2026-07-28 round trip."""
+
+    request_id: str
+    attempt: int
+    mode: Mode = "form"
+
+
+@dataclass(frozen=True)
+class Linking:
+    """Where links point: the inbox's address as the person's browser reaches it, and the signer."""
+
+    inbox_url: str
+    links: RequestLinks
+
+    def url(self, request: Request, channel: str, who: str) -> str:
+        expires = min(request.expires_at or now() + LINK_TTL, now() + LINK_TTL)
+        token = self.links.issue(request.id, channel, who, expires)
+        return self.inbox_url.rstrip("/") + LINK_PATH.format(token=token)
+
+
+class HostForms:
+    """Drives the elicitation channel from inside tool calls."""
+
+    MAX_TOLD = 10_000
+
+    def __init__(self, heartbeat_seconds: float, linking: Linking | None = None) -> None:
+        self.heartbeat_seconds = heartbeat_seconds
+        self.linking = linking
+        self.open: set[str] = set()
+        """Requests with a form or link open in this process: one at a time per request."""
+        self.told: set[str] = set()
+        """Sessions whose host cannot show the window, already logged."""
+
+    @staticmethod
+    def channel_of(broker: Broker, request: Request) -> str | None:
+        """The request's elicitation channel, if it has one."""
+        for name in request.channels:
+            channel = broker.channels.get(name)
+            if channel is not None and channel.type == elicitation.Channel.type:
+                return name
+        return None
+
+    @staticmethod
+    def only_form(broker: Broker, request: Request) -> bool:
+        """Whether the host's window is the request's only channel."""
+        return all(
+            getattr(broker.channels.get(name), "type", None) == elicitation.Channel.type
+            for name in request.channels
+        )
+
+    def choose(self, ctx: Context, wanted: str) -> tuple[Mode | None, str | None]:
+        """How this call can reach the person in the host (``wanted``: the channel's mode), or why not."""
+        caps = ctx.client_capabilities
+        declared = caps.elicitation if caps is not None else None
+        # a bare `elicitation: {}` (before modes existed) means forms
+        form = declared is not None and (declared.form is not None or declared.url is None)
+        url = declared is not None and declared.url is not None
+        mode: Mode | None = None
+        if form and wanted in ("auto", "form"):
+            mode = "form"
+        elif url and wanted in ("auto", "url"):
+            if self.linking is None:
+                return None, "the host opens links but the inbox has no address to link to"
+            mode = "url"
+        if mode is None:
+            what = {"form": "forms", "url": "links (URL elicitation)"}.get(wanted, "forms or links")
+            return None, f"the MCP client does not support {what} (no elicitation capability)"
+        if not is_modern(ctx) and not ctx.session.can_send_request:
+            return None, "this connection cannot carry a form (stateless or JSON-response HTTP)"
+        return mode, None
+
+    async def offer(self, ctx: Context, broker: Broker, request: Request, budget: float) -> Offer:
+        channel = self.channel_of(broker, request)
+        if channel is None or not request.is_open:
+            return Offer()
+        wanted = getattr(broker.channels[channel].config, "mode", "auto")
+        mode, reason = self.choose(ctx, wanted)
+        if mode is None:
+            self._tell(ctx, reason or "")
+            return Offer(skipped=f"not offered: {reason}")
+        if budget <= 0 or request.id in self.open:
+            return Offer()
+        if await broker.state_get(channel, _declined_key(request.id)) is not None:
+            return Offer()  # this person already said no here
+        return Offer(channel=channel, mode=mode)
+
+    def _tell(self, ctx: Context, reason: str) -> None:
+        # 2026-07-28 has no sessions: there, once per client (by name) per process
+        key = f"client:{client_name(ctx)}" if is_modern(ctx) else session_key(ctx)
+        if key in self.told:
+            return
+        if len(self.told) >= self.MAX_TOLD:
+            self.told.clear()
+        self.told.add(key)
+        log.info("hitl-mcp: the host's form is skipped for %s: %s", client_name(ctx) or "this client", reason)
+
+    async def race(
+        self, ctx: Context, broker: Broker, request: Request, offer: Offer, budget: float, tick: Tick
+    ) -> Request:
+        """Handshake era: the form or link and the other channels race for ``budget`` seconds."""
+        if request.id in self.open or offer.channel is None:  # another call shows it already
+            return await broker.wait(request.id, budget, tick, self.heartbeat_seconds)
+        self.open.add(request.id)
+        opened: list[str] = []  # the link's elicitation id while the host has it (not declined)
+        show = self._show if offer.mode == "form" else self._show_link
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(show, ctx, broker, request, offer.channel, budget, opened)
+                settled = await broker.wait(request.id, budget, tick, self.heartbeat_seconds)
+                tg.cancel_scope.cancel()  # another channel won, or the budget ran out: close the form
+        finally:
+            self.open.discard(request.id)
+        if opened and not settled.is_open:
+            try:  # the host may now drop its "waiting for the browser" state
+                await ctx.session.send_elicit_complete(opened[0], related_request_id=ctx.request_id)
+            except Exception as exc:  # the client left: nothing to tell
+                log.debug("hitl-mcp: elicitation/complete not sent: %s", exc)
+        return settled
+
+    async def _show(
+        self, ctx: Context, broker: Broker, request: Request, channel: str, budget: float, _: list[str]
+    ) -> None:
+        """Show the form until it is answered, declined or withdrawn; a failure here never fails the
+        call: the other channels go on."""
+        who = responder(ctx)
+        form = elicitation.render(request, [n for n in request.channels if n != channel])
+        note: str | None = None
+        try:
+            with anyio.move_on_after(budget):  # never longer than the call may wait
+                for _attempt in range(FORM_ATTEMPTS):
+                    await broker.record(request.id, "form_offered", who, {"channel": channel})
+                    message = form.message if note is None else f"{note}\n\n{form.message}"
+                    answer = await ctx.session.elicit_form(
+                        message, form.schema, related_request_id=ctx.request_id
+                    )
+                    note = await self.settle(broker, request, channel, answer, who)
+                    if note is None:
+                        return
+        except Exception as exc:  # the client refused the form or sent something malformed
+            await self._failed(broker, request, channel, who, "form", exc)
+
+    async def _show_link(
+        self, ctx: Context, broker: Broker, request: Request, channel: str, budget: float, opened: list[str]
+    ) -> None:
+        """Offer the link; an accepted link means the person went to the page, where they answer."""
+        assert self.linking is not None
+        who = responder(ctx)
+        elicitation_id = secrets.token_hex(8)
+        try:
+            with anyio.move_on_after(budget):
+                await broker.record(request.id, "link_offered", who, {"channel": channel})
+                opened.append(elicitation_id)
+                answer = await ctx.session.elicit_url(
+                    link_message(request, channel),
+                    self.linking.url(request, channel, who),
+                    elicitation_id,
+                    related_request_id=ctx.request_id,
+                )
+                if answer.action != "accept":
+                    opened.clear()
+                await self.settle(broker, request, channel, answer, who, "url")
+        except Exception as exc:
+            await self._failed(broker, request, channel, who, "link", exc)
+
+    @staticmethod
+    async def _failed(
+        broker: Broker, request: Request, channel: str, who: str, what: str, exc: Exception
+    ) -> None:
+        log.info("hitl-mcp: the host's %s failed for request %s: %s", what, request.id, exc)
+        with anyio.CancelScope(shield=True):
+            await broker.record(request.id, f"{what}_failed", who, {"channel": channel, "error": str(exc)})
+
+    async def settle(
+        self,
+        broker: Broker,
+        request: Request,
+        channel: str,
+        answer: ElicitResult,
+        who: str,
+        mode: Mode = "form",
+    ) -> str | None:
+        """Apply the host's answer. Returns a note to show the form again with, or None when done."""
+        if answer.action == "accept" and mode == "url":
+            # the person went to the page: the answer, if any, comes from there
+            await broker.record(request.id, "link_accepted", who, {"channel": channel})
+            return None
+        if answer.action == "accept":
+            reply = elicitation.reply_from(request, answer.content, channel, who)
+            try:
+                await broker.resolve(request.id, reply)  # a late answer is recorded as losing
+            except ReplyInvalid as exc:
+                await broker.record(request.id, "form_invalid", who, {"channel": channel, "error": str(exc)})
+                return f"That answer does not fit: {exc}."
+            return None
+        declined = answer.action == "decline"
+        what = "form" if mode == "form" else "link"
+        await broker.record(
+            request.id, f"{what}_declined" if declined else f"{what}_dismissed", who, {"channel": channel}
+        )
+        await broker.state_set(channel, _declined_key(request.id), answer.action)
+        current = await broker.get_or_raise(request.id)
+        if current.is_open and self.only_form(broker, current):
+            reason = (
+                "declined in the host's form" if declined else "dismissed the host's form without answering"
+            )
+            await broker.cancel(request.id, reason, who)
+        return None
+
+    async def ask_in_result(
+        self, ctx: Context, broker: Broker, request: Request, offer: Offer, attempt: int, note: str | None
+    ) -> InputRequiredResult:
+        """2026-07-28: the form or link travels in the result; the client retries with the answer."""
+        assert offer.channel is not None
+        channel, who = offer.channel, responder(ctx)
+        params: ElicitRequestFormParams | ElicitRequestURLParams
+        if offer.mode == "url":
+            assert self.linking is not None
+            await broker.record(request.id, "link_offered", who, {"channel": channel})
+            params = ElicitRequestURLParams(
+                message=link_message(request, channel),
+                url=self.linking.url(request, channel, who),
+                elicitation_id=secrets.token_hex(8),
+            )
+        else:
+            await broker.record(request.id, "form_offered", who, {"channel": channel})
+            form = elicitation.render(request, [n for n in request.channels if n != channel])
+            message = form.message if note is None else f"{note}\n\n{form.message}"
+            params = ElicitRequestFormParams(message=message, requested_schema=form.schema)
+        return InputRequiredResult(
+            input_requests={FORM_KEY: ElicitRequest(params=params)},
+            request_state=json.dumps({"v": 1, "r": request.id, "a": attempt, "m": offer.mode}),
+        )
+
+    async def settle_input(
+        self, ctx: Context, broker: Broker, request: Request, state: FormState
+    ) -> str | None:
+        """2026-07-28: apply the answer a retry carries; see ``settle``."""
+        channel = self.channel_of(broker, request)
+        answer = (ctx.input_responses or {}).get(FORM_KEY)
+        if channel is None or not isinstance(answer, ElicitResult):
+            return None  # retried without an answer: this person did not answer here
+        return await self.settle(broker, request, channel, answer, responder(ctx), state.mode)
+
+
+def link_message(request: Request, channel: str) -> str:
+    others = [n for n in request.channels if n != channel]
+    also = f"\n\nAlso sent via {', '.join(others)}; the first answer counts." if others else ""
+    return f"Open this request's page to answer it (the link works once):\n{request.text}{also}"
+
+
+def _declined_key(request_id: str) -> str:
+    return f"declined:{request_id}"
+
+
+def form_state(ctx: Context) -> FormState | None:
+    """Our state from a 2026-07-28 retry; the SDK has unsealed (and so authenticated) it."""
+    raw = ctx.request_state
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+        if data.get("v") != 1:
+            return None
+        mode: Mode = "url" if data.get("m") == "url" else "form"
+        return FormState(str(data["r"]), int(data["a"]), mode)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def is_modern(ctx: Context) -> bool:
+    version = ctx.protocol_version
+    return version is not None and is_version_at_least(version, INPUT_REQUIRED_VERSION)
+
+
+def responder(ctx: Context) -> str:
+    name = client_name(ctx)
+    return f"host user ({name})" if name else "host user"
+
+
+def client_name(ctx: Context) -> str | None:
+    params = ctx.session.client_params
+    return params.client_info.name if params is not None else None
+
+
+def session_key(ctx: Context) -> str:
+    """Which MCP session a call belongs to: the connection, else the HTTP session, else the process."""
+    connection = getattr(ctx.session, "_connection", None)
+    state = getattr(connection, "state", None)
+    if isinstance(state, dict):
+        return "conn:" + state.setdefault("hitl_session", uuid.uuid4().hex)
+    headers = ctx.headers
+    if headers is not None and headers.get("mcp-session-id"):
+        return "http:" + headers["mcp-session-id"]
+    return "proc:" + ProcessSession
