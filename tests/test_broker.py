@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import secrets
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from hitl_mcp.broker import AskSpec, Broker, Defaults, ReplyInvalid
 from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery, DeliveryError, ResolveResult
-from hitl_mcp.models import Kind, Reply, Request, Status
+from hitl_mcp.models import Kind, Reply, Request, Status, now
 from hitl_mcp.outbox import Outbox
 from hitl_mcp.store.sqlite import SqliteStore
 
@@ -148,6 +151,10 @@ async def test_one_winner_across_connections(tmp_path: Path) -> None:
 async def test_reply_after_expiry_time_loses_even_before_the_sweep(tmp_path: Path) -> None:
     async with broker_with(tmp_path / "db.sqlite3", Recorder("a")) as broker:
         request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Deploy", timeout_seconds=0.001))
+        assert request.expires_at is not None
+        await anyio.sleep(
+            max(0.0, request.expires_at - now()) + 0.001
+        )  # its time is up (the sweep is ~50 ms off)
         verdict = await broker.resolve(request.id, Reply(channel="a", responder="u", decision="approve"))
         assert not verdict.won
         assert verdict.request.status == Status.EXPIRED and verdict.request.approved is False
@@ -217,3 +224,76 @@ async def test_one_failed_channel_of_two_keeps_waiting(tmp_path: Path) -> None:
             assert await broker.undelivered(request.id) == []
             await broker.resolve(request.id, Reply(channel="web", responder="u", text="fine"))
         assert result[0].status == Status.ANSWERED
+
+
+async def test_a_write_waits_for_another_process_lock_and_then_lands(tmp_path: Path) -> None:
+    """Work runs at once when the database is free; when another process holds the write lock it
+    waits in a thread (busy timeout) instead of failing, and later work queues behind it."""
+    store = SqliteStore(tmp_path / "db.sqlite3")
+    await store.open()
+    other = sqlite3.connect(tmp_path / "db.sqlite3", isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another process is writing
+        created: list[Request] = []
+
+        async def create(text: str) -> None:
+            request, _ = await store.create(_question(text), None)
+            created.append(request)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(create, "first")
+            with anyio.fail_after(5):
+                while not store._waiting.locked():  # it has gone to wait in a thread
+                    await anyio.lowlevel.checkpoint()
+            tg.start_soon(create, "second")
+            await anyio.wait_all_tasks_blocked()
+            assert created == []  # both wait; neither failed with "database is locked"
+            other.execute("COMMIT")
+        assert [r.text for r in created] == ["first", "second"]
+        assert len(await store.list()) == 2
+    finally:
+        other.close()
+        await store.close()
+
+
+class Quiet(Channel):
+    """A channel with nothing to say when a request settles (like the web inbox)."""
+
+    type = "quiet"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, ChannelConfig(type="quiet"), hub=None)  # type: ignore[arg-type]
+
+    async def deliver(self, request: Request) -> Delivery:
+        return Delivery(ref="quiet")
+
+
+async def test_settling_queues_retractions_only_where_something_is_sent(tmp_path: Path) -> None:
+    loud, quiet = Recorder("loud"), Quiet("quiet")
+    assert loud.retracts and not quiet.retracts
+    async with broker_with(tmp_path / "db.sqlite3", loud, quiet) as broker:
+        events: list[str] = []
+        changed = anyio.Event()
+
+        def heard(request_id: str, event: str) -> None:
+            events.append(event)
+            changed.set()
+
+        broker.listen(heard)
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Q?"))
+        with anyio.fail_after(10):
+            while events.count("delivered") < 2:
+                await changed.wait()
+                changed = anyio.Event()
+        await broker.resolve(request.id, Reply(channel="quiet", responder="u", text="yes"))
+        with anyio.fail_after(10):
+            while "retracted" not in events:
+                await changed.wait()
+                changed = anyio.Event()
+        rows = {(d.channel, d.action) for d in await broker.store.deliveries(request.id)}
+        assert rows == {("loud", "deliver"), ("quiet", "deliver"), ("loud", "retract")}
+        assert loud.retracted and loud.retracted[0][0] == request.id
+
+
+def _question(text: str) -> Request:
+    return Request(id=secrets.token_hex(8), kind=Kind.QUESTION, text=text, channels=["a"], created_at=now())

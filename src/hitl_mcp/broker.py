@@ -103,6 +103,7 @@ class Broker:
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The outbox, expiry and change feed; runs until cancelled."""
+        self.store.silent_channels = frozenset(n for n, c in self.channels.items() if not c.retracts)
         last = await self.store.last_seq()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.outbox.run)

@@ -134,5 +134,10 @@ class Channel:
         """Send the request (or a notification). Must work without ``start`` (``test-channel``)."""
         raise NotImplementedError
 
+    @property
+    def retracts(self) -> bool:
+        """Whether settling a request sends anything here; when not, no retraction is queued."""
+        return type(self).retract is not Channel.retract
+
     async def retract(self, request: Request, delivery: Delivery) -> None:
         """Tell the person the request is settled (``request`` carries the outcome)."""

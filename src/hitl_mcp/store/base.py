@@ -60,6 +60,9 @@ class Change:
 
 
 class Store(Protocol):
+    silent_channels: frozenset[str]
+    """Channels that send nothing when a request settles: no retraction is queued for them."""
+
     async def open(self) -> None: ...
 
     async def close(self) -> None: ...

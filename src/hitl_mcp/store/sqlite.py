@@ -1,9 +1,12 @@
-"""The embedded store: SQLite through aiosqlite, in WAL mode, safe to share between processes.
+"""The embedded store: SQLite in WAL mode, safe to share between processes.
 
-All SQL of this engine lives here. Each method runs whole in the connection's thread (one hop per
-call, see ``_run``), and every write is one ``BEGIN IMMEDIATE`` transaction, so the audit chain's
-"read the last hash, append a row" is atomic across processes, and the single-winner rule is the
-conditional UPDATE in :meth:`SqliteStore.resolve`.
+All SQL of this engine lives here. Each method is one synchronous unit of work (see ``_run``): it
+runs at once on the event loop's thread when the database is free, which costs less than handing
+it to a thread and back, and in a worker thread, waiting up to the busy timeout, when another
+process holds the write lock. Every write is one ``BEGIN IMMEDIATE`` transaction, so the audit
+chain's "read the last hash, append a row" is atomic across processes, and the single-winner rule
+is the conditional UPDATE in :meth:`SqliteStore.resolve`. WAL checkpoints (the only fsyncs) run
+from ``maintain`` on a second connection in its own thread.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 import anyio
+import anyio.to_thread
 
 from hitl_mcp.audit import GENESIS, AuditRow, Verdict, row_hash, verify
 from hitl_mcp.models import Kind, Reply, Request, Status, now
@@ -135,28 +139,38 @@ MIGRATIONS: list[str] = [
     """
     CREATE INDEX deliveries_request ON deliveries(request_id, action, status);
     """,
+    # 4: ...which the UNIQUE (request_id, channel, action) index does as well, once the queries
+    # mark action and status with a unary + so the planner cannot pick a status index; one index
+    # fewer to write on every delivery
+    """
+    DROP INDEX deliveries_request;
+    """,
 ]
 
 SETTLING_EVENTS = ("answered", "expired", "cancelled")
 AUTOCHECKPOINT_PAGES = 20_000  # about 80 MB of WAL
+#: how long a unit of work waits for another process's write lock before "database is locked"
+BUSY_TIMEOUT_MS = 10_000
 
 
 class SqliteStore:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._db: aiosqlite.Connection | None = None
+        self._db: sqlite3.Connection | None = None
+        self._waiting = anyio.Lock()
+        """Held while a unit of work waits in a thread for another process: others queue behind it."""
         self._checkpointer: aiosqlite.Connection | None = None
+        self.silent_channels: frozenset[str] = frozenset()
 
     # --- lifecycle -------------------------------------------------------------------------
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        db = await aiosqlite.connect(self.path, isolation_level=None)
+        db = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
         db.row_factory = sqlite3.Row
         self._db = db
 
         def pragmas(conn: sqlite3.Connection) -> None:
-            conn.execute("PRAGMA busy_timeout = 10000")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
@@ -177,7 +191,8 @@ class SqliteStore:
                 await self._checkpointer.close()
                 self._checkpointer = None
             if self._db is not None:
-                await self._db.close()
+                async with self._waiting:
+                    self._db.close()
                 self._db = None
 
     async def maintain(self) -> None:
@@ -207,12 +222,23 @@ class SqliteStore:
         return await self._run(work)
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``work`` in the connection's own thread: a whole transaction is one hop, and it runs
-        to its end even if the caller is cancelled (the thread does not stop half way)."""
-        if self._db is None:
+        """Run one unit of work to its end (it cannot be cancelled half way).
+
+        First at once, with no busy timeout: a write transaction's ``BEGIN IMMEDIATE`` fails at
+        once if another process holds the write lock, before anything was done. Then, and whenever
+        a unit is already waiting, in a worker thread with the busy timeout, one unit at a time.
+        """
+        db = self._db
+        if db is None:
             raise RuntimeError("the store is not open")
-        # aiosqlite's one primitive (every public method is built on it): call fn in its thread
-        return await self._db._execute(work, self._db._conn)  # type: ignore[no-any-return]
+        if not self._waiting.locked():
+            try:
+                return work(db)
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc):
+                    raise
+        async with self._waiting:
+            return await anyio.to_thread.run_sync(_patiently, db, work, abandon_on_cancel=False)
 
     # --- audit -----------------------------------------------------------------------------
 
@@ -503,14 +529,16 @@ class SqliteStore:
         """Once settled: drop deliveries not yet sent, and queue a retraction where one was."""
         db.execute(
             "UPDATE deliveries SET status = 'skipped', updated_at = ?"
-            " WHERE request_id = ? AND action = 'deliver' AND status = 'queued'",
+            " WHERE request_id = ? AND +action = 'deliver' AND +status = 'queued'",
             (at, request_id),
         )
+        silent = sorted(self.silent_channels)
         db.execute(
             "INSERT OR IGNORE INTO deliveries (request_id, channel, action, status, created_at, updated_at,"
             " next_attempt_at) SELECT request_id, channel, 'retract', 'queued', ?, ?, ?"
-            " FROM deliveries WHERE request_id = ? AND action = 'deliver' AND status = 'sent'",
-            (at, at, at, request_id),
+            " FROM deliveries WHERE request_id = ? AND +action = 'deliver' AND +status = 'sent'"
+            f" AND channel NOT IN ({', '.join('?' * len(silent))})",
+            (at, at, at, request_id, *silent),
         )
 
     async def due_expiries(self, now: float, limit: int = 100) -> list[str]:
@@ -689,6 +717,20 @@ class SqliteStore:
             return [_reply(r) for r in cursor.fetchall()]
 
         return await self._run(work)
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _patiently(db: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    """``work`` with the busy timeout: SQLite waits (and retries) for another process's lock."""
+    db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    try:
+        return work(db)
+    finally:
+        db.execute("PRAGMA busy_timeout = 0")
 
 
 @contextmanager
