@@ -38,6 +38,9 @@ from hitl_mcp.web.links import RequestLinks
 # imported when first needed, so that over stdio `initialize` is answered before they load
 SIDE_MODULES = ("uvicorn", "aiosqlite", "hitl_mcp.store.sqlite", "hitl_mcp.web.api", "hitl_mcp.web.limits")
 
+#: over stdio, how long the side work (store, channels, inbox) may wait for a first tool call
+SIDE_WORK_GRACE = 1.0
+
 log = logging.getLogger("hitl_mcp")
 
 Transport = Literal["stdio", "sse", "http"]
@@ -70,6 +73,8 @@ class Runtime:
         self._broker: Broker | None = None
         self._ready = anyio.Event()
         self._failed: BaseException | None = None
+        self.wanted = anyio.Event()
+        """Set when something first needs the broker: over stdio, the side work starts no later."""
         web = [name for name, ch in config.channels.items() if ch.type == "web"]
         self.web_channel = web[0] if web else "api"
         token = getattr(config.channels[web[0]], "token", None) if web else None
@@ -78,6 +83,7 @@ class Runtime:
         """Where a person's browser reaches the inbox: ``server.public_url``, else where we listen."""
 
     async def broker(self) -> Broker:
+        self.wanted.set()
         await self._ready.wait()
         if self._broker is None:
             raise RuntimeError(f"hitl-mcp could not start its store: {self._failed}")
@@ -320,6 +326,10 @@ async def _serve(
         """The store, channels and inbox: loaded in a thread, so stdio answers `initialize` first."""
         nonlocal http_server
         try:
+            # a host sends initialize and tools/list at once, then its first tool call: loading the
+            # side work meanwhile would compete for the GIL with those answers
+            with anyio.move_on_after(SIDE_WORK_GRACE):
+                await runtime.wanted.wait()
             await anyio.to_thread.run_sync(_import_side_modules)
             tg.start_soon(runtime.run)
             if sock is not None:
