@@ -367,7 +367,8 @@ class Broker:
         if request.id in self._waiters:
             self._just_settled[request.id] = request
         self._publish(request.id, request.status.value)
-        self.outbox.kick()
+        if any(getattr(self.channels.get(name), "retracts", True) for name in request.channels):
+            self.outbox.kick()  # a retraction may be queued
 
 
 def _already(request: Request) -> str:

@@ -128,11 +128,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host = args.host or config.server.http.host
     port = args.port if args.port is not None else config.server.http.port
     try:
-        anyio.run(serve, config, state_dir, args.transport, host, port)
+        anyio.run(serve, config, state_dir, args.transport, host, port, backend_options=_loop_options())
     except ConfigRefused as exc:
         print(f"hitl-mcp: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _loop_options() -> dict[str, Any]:
+    """uvloop where it is installed (it is a dependency except on Windows): a faster event loop."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}
 
 
 def cmd_init(args: argparse.Namespace) -> int:

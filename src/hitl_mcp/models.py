@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -32,8 +33,6 @@ Decision = Literal["approve", "deny"]
 
 def now() -> float:
     """Seconds since the epoch; the one clock the store and broker use."""
-    import time
-
     return time.time()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import logging
 import os
 import socket
@@ -313,6 +314,7 @@ async def _serve(
         assert sock is not None
         _announce(runtime, transport, url)
         http = HttpServer(runtime.http_app(mcp, transport, host), sock)
+        _settle_heap()
         async with anyio.create_task_group() as tg:
             tg.start_soon(runtime.run)
             await http.run()
@@ -331,6 +333,7 @@ async def _serve(
             with anyio.move_on_after(SIDE_WORK_GRACE):
                 await runtime.wanted.wait()
             await anyio.to_thread.run_sync(_import_side_modules)
+            _settle_heap()
             tg.start_soon(runtime.run)
             if sock is not None:
                 _announce(runtime, transport, url)
@@ -347,6 +350,14 @@ async def _serve(
             with anyio.move_on_after(3):
                 await http_done.wait()
         tg.cancel_scope.cancel()
+
+
+def _settle_heap() -> None:
+    """Everything loaded so far lives as long as the process: take it out of the garbage
+    collector's full passes, which otherwise walk every SDK type and schema each time (and that
+    pause lands on whichever reply is being answered)."""
+    gc.collect()
+    gc.freeze()
 
 
 def _import_side_modules() -> None:
