@@ -19,7 +19,9 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client
+from mcp import types as mcp_types
 
+from hitl_mcp.config import parse_config
 from tests.conftest import ROOT, TOKEN, sc
 from tests.test_inbox_pages import Inbox, serve_inbox
 
@@ -243,6 +245,56 @@ async def test_requests_answered_elsewhere_leave_the_page_live(state_dir: Path, 
         assert await page.evaluate("window.__sameDocument") is True
         done = sc(await client.call_tool("wait_for_response", {"request_id": second["request_id"]}))
         assert done["approved"] is True and done["channel"] == "cli"
+
+
+async def test_a_url_elicitation_link_opens_the_request_and_its_answer_returns_to_the_agent(
+    state_dir: Path, browser: Browser
+) -> None:
+    """A host that opens links (URL-mode elicitation) gets a one-time link; a browser that never
+    signed in to the inbox opens it, approves on the page, and the approval reaches the agent."""
+    config = parse_config(
+        f"channels:\n  web: {{type: web, token: {TOKEN}}}\n  elicitation: {{type: elicitation, mode: url}}\n",
+        source="test.yaml",
+    )
+    shown: list[mcp_types.ElicitRequestURLParams] = []
+    offered = anyio.Event()
+
+    async def host(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+        assert isinstance(params, mcp_types.ElicitRequestURLParams)
+        shown.append(params)
+        offered.set()
+        return mcp_types.ElicitResult(action="accept")  # the person agreed to open it
+
+    async with (
+        serve_inbox(state_dir, config=config) as inbox,
+        Client(f"{inbox.url}/mcp", mode="legacy", elicitation_callback=host) as client,
+        anyio.create_task_group() as tg,
+    ):
+        call = Call(client, "request_approval", {"action": "Rotate the signing keys"})
+        tg.start_soon(call.run)
+        with anyio.fail_after(15):
+            await offered.wait()
+        ctx = await browser.new_context()  # no inbox session
+        try:
+            page = await ctx.new_page()
+            await page.goto(shown[0].url)
+            (request_id,) = await pending_ids(inbox)
+            await expect(page).to_have_url(f"{inbox.url}/requests/{request_id}")
+            await expect(page.locator("nav.nav")).to_have_count(0)  # this request, not the inbox
+            card = page.locator("article.card", has_text="Rotate the signing keys")
+            await card.get_by_role("button", name="Approve").click()
+            result = await call.outcome()
+            assert result["status"] == "answered" and result["approved"] is True
+            assert result["channel"] == "elicitation" and result["responder"] == "host user (mcp)"
+            cookies = {c["name"]: c for c in await ctx.cookies()}
+            assert cookies["hitl_grant"]["path"] == f"/requests/{request_id}"
+            assert cookies["hitl_grant"]["httpOnly"] is True
+            inbox_page = await page.goto(f"{inbox.url}/")
+            assert inbox_page is not None and inbox_page.status == 401  # the grant opens nothing else
+            again = await page.goto(shown[0].url)
+            assert again is not None and again.status == 409  # the link works once
+        finally:
+            await ctx.close()
 
 
 async def test_post_without_csrf_token_or_without_cookie_is_refused_and_changes_nothing(

@@ -17,6 +17,7 @@ import pytest
 import uvicorn
 
 from hitl_mcp.broker import AskSpec
+from hitl_mcp.config import Config
 from hitl_mcp.models import Kind, Reply, Request, Status
 from hitl_mcp.runtime import Runtime, bind
 from hitl_mcp.web.views import HistoryFilter, agent_groups, ago, already_line, time_left
@@ -37,13 +38,16 @@ class Inbox:
 
 
 @contextlib.asynccontextmanager
-async def serve_inbox(state_dir: Path, *, with_mcp: bool = True) -> AsyncIterator[Inbox]:
+async def serve_inbox(
+    state_dir: Path, *, with_mcp: bool = True, config: Config | None = None
+) -> AsyncIterator[Inbox]:
     """The whole HTTP app (MCP at /mcp too) under uvicorn on a free loopback port, in this event loop."""
-    runtime = Runtime(make_config(), state_dir)
-    app = runtime.http_app(runtime.build_mcp() if with_mcp else None, "http", "127.0.0.1")
+    runtime = Runtime(config or make_config(), state_dir)
     sock = bind("127.0.0.1", 0)
     assert sock is not None
     port = sock.getsockname()[1]
+    runtime.inbox_url = f"http://127.0.0.1:{port}"  # where links to the inbox point
+    app = runtime.http_app(runtime.build_mcp() if with_mcp else None, "http", "127.0.0.1")
     server = uvicorn.Server(
         uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=1)
     )

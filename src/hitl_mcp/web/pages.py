@@ -429,7 +429,7 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
             links.grant_cookie(grant),
             max_age=max(1, grant.expires - int(now())),
             httponly=True,
-            samesite="strict",
+            samesite="lax",  # the link is often opened from another site (a host's web page)
             path=grant.page,
         )
         response.headers["Referrer-Policy"] = "no-referrer"
