@@ -297,3 +297,16 @@ async def test_settling_queues_retractions_only_where_something_is_sent(tmp_path
 
 def _question(text: str) -> Request:
     return Request(id=secrets.token_hex(8), kind=Kind.QUESTION, text=text, channels=["a"], created_at=now())
+
+
+async def test_the_settled_request_returned_is_the_one_stored(tmp_path: Path) -> None:
+    async with broker_with(tmp_path / "db.sqlite3", Recorder("a")) as broker:
+        q, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Which?", choices=["x", "y"]))
+        a, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Act", payload={"n": 1}))
+        for request, reply in [
+            (q, Reply(channel="a", responder="u", choice="y", comment="because")),
+            (a, Reply(channel="a", responder="v", decision="approve")),
+        ]:
+            verdict = await broker.resolve(request.id, reply)
+            assert verdict.won
+            assert verdict.request == await broker.get_or_raise(request.id)

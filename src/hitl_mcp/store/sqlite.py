@@ -465,8 +465,11 @@ class SqliteStore:
                     at=at,
                 )
                 self._queue_retractions(db, request_id, at)
-                row = db.execute("SELECT * FROM requests WHERE id = ?", (request_id,)).fetchone()
-                return Settled(True, _request(row))
+                fields = {name: outcome.get(name) for name in ("answer", "choice", "approved", "comment")}
+                fields.update(
+                    status=Status.ANSWERED, closed_at=at, responder=reply.responder, channel=reply.channel
+                )
+                return Settled(True, current.model_copy(update=fields))  # what the UPDATE wrote
 
         return await self._run(work)
 
