@@ -30,7 +30,7 @@ from hitl_mcp.models import Kind, Request, Status, now
 from hitl_mcp.runtime import Runtime
 from hitl_mcp.server import STATE_KEY_FILE
 from hitl_mcp.web.auth import WebAuth
-from hitl_mcp.web.links import GRANT_COOKIE, RequestLinks
+from hitl_mcp.web.links import RequestLinks
 from tests.conftest import (
     PYTHON,
     TOKEN,
@@ -559,10 +559,12 @@ channels:
 
 
 @contextlib.asynccontextmanager
-async def browser(rt: Runtime) -> AsyncIterator[httpx2.AsyncClient]:
-    """A browser with no inbox session: only what a link grants."""
+async def browser(rt: Runtime, signed_in: bool = True) -> AsyncIterator[httpx2.AsyncClient]:
+    """A browser (cookies, no bearer token), signed in to the inbox through its login link or not."""
     transport = httpx2.ASGITransport(app=rt.http_app(None, "stdio", "127.0.0.1"))
     async with httpx2.AsyncClient(transport=transport, base_url=INBOX) as client:
+        if signed_in:
+            assert (await client.get("/login", params={"token": TOKEN})).status_code == 303
         yield client
 
 
@@ -596,7 +598,7 @@ class LinkHost:
 
 
 async def answer_in_browser(rt: Runtime, url: str, answer: dict[str, str]) -> str:
-    """Open the link as a fresh browser, answer on the page it leads to; returns that page."""
+    """Open the link in the person's (signed-in) browser, answer on the page it leads to; returns it."""
     async with browser(rt) as web:
         opened = await web.get(url)
         assert opened.status_code == 303, opened.text
@@ -634,14 +636,9 @@ async def test_url_mode_link_opens_the_request_page_and_the_answer_there_wins(
                         rt, shown.url, {"decision": "deny", "comment": "not today"}
                     )
         assert out["status"] == "answered" and out["approved"] is False
-        assert (out["channel"], out["responder"], out["comment"]) == (
-            "elicitation",
-            "host user (mcp)",
-            "not today",
-        )
+        assert (out["channel"], out["responder"], out["comment"]) == ("web", "web inbox user", "not today")
         assert shown.url.startswith(f"{INBOX}/link/") and "Drop the staging database" in shown.message
         assert "Drop the staging database" in page
-        assert 'href="/history"' not in page  # the grant shows this request, not the inbox
         broker = await rt.broker()
         audit = [row.event for row in await broker.store.audit(out["request_id"])]
         assert audit.index("link_offered") < audit.index("link_opened") < audit.index("answered")
@@ -654,36 +651,50 @@ async def test_url_mode_link_opens_the_request_page_and_the_answer_there_wins(
             assert again.status_code == 409 and "already" in again.text  # single use
 
 
-async def test_a_link_grants_its_own_request_and_nothing_else(state_dir: Path) -> None:
+async def test_a_link_is_not_a_credential(state_dir: Path) -> None:
+    """Whoever has the link (the client, the model behind it) cannot answer with it: opening it
+    without an inbox session asks to sign in and spends nothing; signed in, it opens once."""
     async with running(state_dir, url_config()) as rt:
         broker = await rt.broker()
-        first, _ = await broker.ask(_spec("Which region?"))
-        other, _ = await broker.ask(_spec("Rotate the keys?"))
-        links = RequestLinks(rt.auth)
-        token = links.issue(first.id, "elicitation", "host user (x)", now() + 60)
-        async with browser(rt) as web:
-            opened = await web.get(f"/link/{token}")
-            assert opened.status_code == 303 and opened.headers["location"] == f"/requests/{first.id}"
-            cookie = opened.cookies[GRANT_COOKIE]
-            assert (await web.get(f"/requests/{first.id}")).status_code == 200
-        # the cookie is scoped to that request's page; sent everywhere by hand, it grants nothing else
-        async with browser(rt) as thief:
-            thief.cookies.set(GRANT_COOKIE, cookie)
-            for path in (f"/requests/{other.id}", "/", "/history", "/api/requests"):
-                assert (await thief.get(path)).status_code == 401, path
-            forged = await thief.post(f"/requests/{other.id}/answer", data={"text": "eu", "csrf": "x"})
-            assert forged.status_code == 401
-        async with browser(rt) as web:
-            web.cookies.set(GRANT_COOKIE, cookie)
-            # the grant's CSRF token is its own: the inbox's does not answer through it
-            page = (await web.get(f"/requests/{first.id}")).text
-            assert csrf_of(page) != rt.auth.csrf_token
-            wrong = await web.post(
-                f"/requests/{first.id}/answer", data={"text": "eu", "csrf": rt.auth.csrf_token}
+        request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Rotate the keys", channels=["web"]))
+        token = RequestLinks(rt.auth).issue(request.id, "elicitation", "host user (x)", now() + 60)
+        async with browser(rt, signed_in=False) as agent:
+            opened = await agent.get(f"/link/{token}")
+            assert opened.status_code == 401 and not agent.cookies
+            assert f'name="next" value="/link/{token}"' in opened.text  # sign in, then it opens
+            page = await agent.get(f"/requests/{request.id}")
+            assert page.status_code == 401
+            forged = await agent.post(
+                f"/requests/{request.id}/answer", data={"decision": "approve", "csrf": "x"}
             )
-            assert wrong.status_code == 403
-        assert (await broker.get_or_raise(other.id)).is_open
-        assert (await broker.get_or_raise(first.id)).is_open
+            assert forged.status_code == 401
+        assert (await broker.get_or_raise(request.id)).is_open
+        events = [row.event for row in await broker.store.audit(request.id)]
+        assert "link_opened" not in events
+        async with browser(rt) as person:
+            signed = await person.get("/login", params={"token": TOKEN, "next": f"/link/{token}"})
+            assert signed.status_code == 303 and signed.headers["location"] == f"/link/{token}"
+            opened = await person.get(f"/link/{token}")
+            assert opened.status_code == 303 and opened.headers["location"] == f"/requests/{request.id}"
+            again = await person.get(f"/link/{token}")
+            assert again.status_code == 409
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_opened_link_is_not_offered_again(state_dir: Path, mode: str) -> None:
+    host = LinkHost()
+    async with running(state_dir, url_config()) as rt:
+        rt.inbox_url = INBOX
+        async with Client(rt.build_mcp(), mode=mode, elicitation_callback=host) as client:
+            first = sc(await client.call_tool("ask_user", {"question": "Which region?", "wait_seconds": 0.5}))
+            assert first["status"] == "pending" and len(host.shown) == 1
+            later = sc(
+                await client.call_tool(
+                    "wait_for_response", {"request_id": first["request_id"], "wait_seconds": 0.5}
+                )
+            )
+            assert later["status"] == "pending"
+        assert len(host.shown) == 1  # the person is on the page already: no second prompt
 
 
 async def test_forged_expired_and_unknown_links_are_refused(state_dir: Path) -> None:
@@ -699,7 +710,7 @@ async def test_forged_expired_and_unknown_links_are_refused(state_dir: Path) -> 
         )
         expired = links.issue(request.id, "elicitation", "host user", now() - 1)
         unknown = links.issue("ffffffffffffffff", "elicitation", "host user", now() + 60)
-        async with browser(rt) as web:
+        async with browser(rt) as web:  # signed in: what is left to refuse is the link itself
             for token, status in [
                 (tampered, 404),
                 (other_key, 404),
@@ -709,7 +720,7 @@ async def test_forged_expired_and_unknown_links_are_refused(state_dir: Path) -> 
             ]:
                 got = await web.get(f"/link/{token}")
                 assert got.status_code == status, (token, got.status_code)
-                assert GRANT_COOKIE not in got.cookies
+                assert "location" not in got.headers
         assert [r.event for r in await broker.store.audit(request.id)].count("link_opened") == 0
 
 

@@ -250,8 +250,9 @@ async def test_requests_answered_elsewhere_leave_the_page_live(state_dir: Path, 
 async def test_a_url_elicitation_link_opens_the_request_and_its_answer_returns_to_the_agent(
     state_dir: Path, browser: Browser
 ) -> None:
-    """A host that opens links (URL-mode elicitation) gets a one-time link; a browser that never
-    signed in to the inbox opens it, approves on the page, and the approval reaches the agent."""
+    """A host that opens links (URL-mode elicitation) gets a one-time link. In a browser that is not
+    signed in, the link asks for the web token first (it is not a credential), then opens the
+    request; the approval given there reaches the agent."""
     config = parse_config(
         f"channels:\n  web: {{type: web, token: {TOKEN}}}\n  elicitation: {{type: elicitation, mode: url}}\n",
         source="test.yaml",
@@ -274,23 +275,20 @@ async def test_a_url_elicitation_link_opens_the_request_and_its_answer_returns_t
         tg.start_soon(call.run)
         with anyio.fail_after(15):
             await offered.wait()
-        ctx = await browser.new_context()  # no inbox session
+        ctx = await browser.new_context()  # not signed in
         try:
             page = await ctx.new_page()
-            await page.goto(shown[0].url)
+            first = await page.goto(shown[0].url)
+            assert first is not None and first.status == 401
+            await page.get_by_label("Web token").fill(TOKEN)
+            await page.get_by_role("button", name="Sign in and open it").click()
             (request_id,) = await pending_ids(inbox)
             await expect(page).to_have_url(f"{inbox.url}/requests/{request_id}")
-            await expect(page.locator("nav.nav")).to_have_count(0)  # this request, not the inbox
             card = page.locator("article.card", has_text="Rotate the signing keys")
             await card.get_by_role("button", name="Approve").click()
             result = await call.outcome()
             assert result["status"] == "answered" and result["approved"] is True
-            assert result["channel"] == "elicitation" and result["responder"] == "host user (mcp)"
-            cookies = {c["name"]: c for c in await ctx.cookies()}
-            assert cookies["hitl_grant"]["path"] == f"/requests/{request_id}"
-            assert cookies["hitl_grant"]["httpOnly"] is True
-            inbox_page = await page.goto(f"{inbox.url}/")
-            assert inbox_page is not None and inbox_page.status == 401  # the grant opens nothing else
+            assert result["channel"] == "web" and result["responder"] == "web inbox user"
             again = await page.goto(shown[0].url)
             assert again is not None and again.status == 409  # the link works once
         finally:

@@ -5,8 +5,10 @@ channel's ``mode`` (``auto``: a form when the client shows forms, else a link wh
 
 - **form**: the request as a form (``channels/elicitation.py`` renders it); the answer is the reply;
 - **url**: a signed, single-use, expiring link to the request's inbox page (``web/links.py``); the
-  host asks the person to open it, the answer is given on that page, and once the request settles
-  the client is told (``notifications/elicitation/complete``).
+  host asks the person to open it, they sign in to the inbox if they are not already (the link is
+  not a credential), answer on that page, and once the request settles the client is told
+  (``notifications/elicitation/complete``). Once the host says the person opened it, later calls
+  do not offer it again.
 
 Per protocol era:
 
@@ -162,6 +164,8 @@ class HostForms:
             return Offer()
         if await broker.state_get(channel, _declined_key(request.id)) is not None:
             return Offer()  # this person already said no here
+        if mode == "url" and await broker.state_get(channel, _linked_key(request.id)) is not None:
+            return Offer()  # they have the link already: no second prompt while they answer there
         return Offer(channel=channel, mode=mode)
 
     def _tell(self, ctx: Context, reason: str) -> None:
@@ -240,6 +244,7 @@ class HostForms:
                     opened.clear()
                 await self.settle(broker, request, channel, answer, who, "url")
         except Exception as exc:
+            opened.clear()  # the client refused it: nothing to complete
             await self._failed(broker, request, channel, who, "link", exc)
 
     @staticmethod
@@ -263,6 +268,7 @@ class HostForms:
         if answer.action == "accept" and mode == "url":
             # the person went to the page: the answer, if any, comes from there
             await broker.record(request.id, "link_accepted", who, {"channel": channel})
+            await broker.state_set(channel, _linked_key(request.id), "accepted")
             return None
         if answer.action == "accept":
             reply = elicitation.reply_from(request, answer.content, channel, who)
@@ -325,11 +331,18 @@ class HostForms:
 def link_message(request: Request, channel: str) -> str:
     others = [n for n in request.channels if n != channel]
     also = f"\n\nAlso sent via {', '.join(others)}; the first answer counts." if others else ""
-    return f"Open this request's page to answer it (the link works once):\n{request.text}{also}"
+    return (
+        f"Open this request in the hitl-mcp inbox to answer it (sign in if asked; the link works once):"
+        f"\n{request.text}{also}"
+    )
 
 
 def _declined_key(request_id: str) -> str:
     return f"declined:{request_id}"
+
+
+def _linked_key(request_id: str) -> str:
+    return f"linked:{request_id}"
 
 
 def form_state(ctx: Context) -> FormState | None:

@@ -281,7 +281,8 @@ async def serve(config: Config, state_dir: Path, transport: Transport, host: str
     prepare_state_dir(state_dir)
     runtime = Runtime(config, state_dir)
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
-    runtime.inbox_url = runtime.inbox_url or url
+    if host not in ("0.0.0.0", "::"):  # a wildcard is no address for a browser: needs public_url
+        runtime.inbox_url = runtime.inbox_url or url
     mcp = runtime.build_mcp()
     sock = bind(host, port)
     if sock is None and transport != "stdio":
@@ -333,7 +334,6 @@ async def _serve(
             with anyio.move_on_after(SIDE_WORK_GRACE):
                 await runtime.wanted.wait()
             await anyio.to_thread.run_sync(_import_side_modules)
-            _settle_heap()
             tg.start_soon(runtime.run)
             if sock is not None:
                 _announce(runtime, transport, url)
@@ -355,7 +355,8 @@ async def _serve(
 def _settle_heap() -> None:
     """Everything loaded so far lives as long as the process: take it out of the garbage
     collector's full passes, which otherwise walk every SDK type and schema each time (and that
-    pause lands on whichever reply is being answered)."""
+    pause lands on whichever reply is being answered). HTTP only: a stdio server serves one host,
+    and by the time its side work has loaded a tool call is already in flight."""
     gc.collect()
     gc.freeze()
 

@@ -131,11 +131,17 @@ async function elicitation() {
   }
 }
 
-/** Open a link as a fresh browser would (no inbox session), then answer on the page it leads to. */
+/** The person opens the link in their browser: signed in to the inbox (its login link), they land
+ * on the request's page and answer there. The link alone is refused (it is not a credential). */
 async function answerThroughLink(url, answer) {
-  const opened = await fetch(url, { redirect: "manual" });
+  const bare = await fetch(url, { redirect: "manual" });
+  if (bare.status !== 401) throw new Error(`link without a session: HTTP ${bare.status}, not 401`);
+  const login = await fetch(`${env("HITL_API")}/login?token=${env("HITL_WEB_TOKEN")}`, {
+    redirect: "manual",
+  });
+  const cookie = login.headers.get("set-cookie").split(";")[0];
+  const opened = await fetch(url, { redirect: "manual", headers: { Cookie: cookie } });
   if (opened.status !== 303) throw new Error(`link: HTTP ${opened.status}`);
-  const cookie = opened.headers.get("set-cookie").split(";")[0];
   const page = new URL(opened.headers.get("location"), url);
   const html = await (await fetch(page, { headers: { Cookie: cookie } })).text();
   const csrf = html.match(/<meta name="csrf-token" content="([^"]+)">/)[1];
@@ -150,7 +156,7 @@ async function answerThroughLink(url, answer) {
 }
 
 // URL-mode elicitation: a client that opens links but shows no forms. The server offers the
-// request's inbox page; the "person" opens it and approves there; the server says it is complete.
+// request's inbox page; the person opens it, signs in, approves there; the server says it is complete.
 async function link() {
   const { client } = await connect("ts-link", { elicitation: { url: {} } });
   const shown = [];

@@ -171,7 +171,9 @@ class SqliteStore:
         self._db = db
 
         def pragmas(conn: sqlite3.Connection) -> None:
-            conn.execute("PRAGMA journal_mode = WAL")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":  # readers would block writers, and COMMIT could be busy
+                raise sqlite3.OperationalError(f"the database would not use WAL (journal mode {mode})")
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
             # checkpoints (which fsync) run from `maintain`, on their own connection and thread, off
@@ -238,6 +240,9 @@ class SqliteStore:
                 if not _busy(exc):
                     raise
         async with self._waiting:
+            db = self._db  # closed meanwhile?
+            if db is None:
+                raise RuntimeError("the store is not open")
             return await anyio.to_thread.run_sync(_patiently, db, work, abandon_on_cancel=False)
 
     # --- audit -----------------------------------------------------------------------------
@@ -742,11 +747,11 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
     db.execute("BEGIN IMMEDIATE")
     try:
         yield
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    else:
         db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:  # never leave the connection inside a transaction (and its lock held)
+            db.execute("ROLLBACK")
+        raise
 
 
 def _split_sql(script: str) -> list[str]:

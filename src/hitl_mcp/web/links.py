@@ -1,12 +1,11 @@
 """Signed, single-use, expiring links to one request's inbox page (URL-mode elicitation).
 
 A host that can open a URL but not show a form gets ``<inbox>/link/<token>``. The token names the
-request, the channel and the person it was offered to, and when it expires, signed with a key derived
-from the web token. Opening it spends it (once, across processes: a ``first_seen`` row) and sets a
-*grant*: a cookie, scoped by its path to that request's page, that lets its holder read that request
-and answer it, and nothing else. The grant carries its own CSRF token, never the inbox's.
-
-MCP clients must not prefetch such URLs, so the GET itself spends the link.
+request, the channel and the host user it was offered to, and when it expires, signed with a key
+derived from the web token. A link is not a credential: the MCP spec forbids pre-authenticated URLs,
+and the client (or the model behind it) sees the link, so an agent must not be able to answer its own
+request by opening it. Whoever opens it signs in to the inbox first; then it is spent (once, across
+processes: a ``first_seen`` row) and leads to the request's page.
 """
 
 from __future__ import annotations
@@ -18,13 +17,10 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from starlette.requests import HTTPConnection
-
 from hitl_mcp.models import now
 from hitl_mcp.web.auth import WebAuth
 
 LINK_PATH = "/link/{token}"
-GRANT_COOKIE = "hitl_grant"
 #: the state channel under which spent links are remembered
 SPENT = "link"
 
@@ -32,8 +28,8 @@ _SIG = re.compile(r"[A-Za-z0-9_-]{22}")
 
 
 @dataclass(frozen=True)
-class Grant:
-    """What a link or grant stands for: who may answer which request, through which channel, until when."""
+class Link:
+    """What a link stands for: which request, offered through which channel to whom, until when."""
 
     request_id: str
     channel: str
@@ -51,66 +47,40 @@ class Grant:
 
 
 class RequestLinks:
-    """Issues and reads links and grants; the key is derived from the web token."""
+    """Issues and reads links; the key is derived from the web token."""
 
     def __init__(self, auth: WebAuth) -> None:
         self._key = hmac.new(auth.token.encode(), b"request-links", hashlib.sha256).digest()
 
-    def _sign(self, purpose: str, payload: str) -> str:
-        return _b64(hmac.new(self._key, f"{purpose}\n{payload}".encode(), hashlib.sha256).digest()[:16])
-
-    def _seal(self, purpose: str, grant: Grant) -> str:
-        payload = ".".join(
-            (
-                grant.request_id,
-                _b64(grant.channel.encode()),
-                _b64(grant.responder.encode()),
-                str(grant.expires),
-                grant.nonce,
-            )
-        )
-        return f"{payload}.{self._sign(purpose, payload)}"
-
-    def _open(self, purpose: str, sealed: str | None) -> Grant | None:
-        if not sealed:
-            return None
-        payload, _, sig = sealed.rpartition(".")
-        parts = payload.split(".")
-        if len(parts) != 5 or not _SIG.fullmatch(sig):
-            return None
-        if not hmac.compare_digest(self._sign(purpose, payload), sig):
-            return None
-        request_id, channel, responder, expires, nonce = parts
-        try:
-            return Grant(
-                request_id, _unb64(channel).decode(), _unb64(responder).decode(), int(expires), nonce
-            )
-        except (ValueError, UnicodeDecodeError):
-            return None
+    def _sign(self, payload: str) -> str:
+        return _b64(hmac.new(self._key, f"link\n{payload}".encode(), hashlib.sha256).digest()[:16])
 
     def issue(self, request_id: str, channel: str, responder: str, expires: float) -> str:
         """A link token for one request, good until ``expires`` (epoch seconds) and for one opening."""
-        return self._seal(
-            "link", Grant(request_id, channel, responder, int(expires), secrets.token_urlsafe(9))
+        payload = ".".join(
+            (
+                request_id,
+                _b64(channel.encode()),
+                _b64(responder.encode()),
+                str(int(expires)),
+                secrets.token_urlsafe(9),
+            )
         )
+        return f"{payload}.{self._sign(payload)}"
 
-    def read(self, token: str) -> Grant | None:
+    def read(self, token: str) -> Link | None:
         """The link a token stands for, or None when it is malformed or its signature is wrong."""
-        return self._open("link", token)
-
-    def grant_cookie(self, grant: Grant) -> str:
-        return self._seal("grant", grant)
-
-    def grant_for(self, conn: HTTPConnection, request_id: str) -> Grant | None:
-        """The grant this browser holds for ``request_id``, if it is valid and unexpired."""
-        grant = self._open("grant", conn.cookies.get(GRANT_COOKIE))
-        if grant is None or grant.request_id != request_id or grant.expired:
+        payload, _, sig = token.rpartition(".")
+        parts = payload.split(".")
+        if len(parts) != 5 or not _SIG.fullmatch(sig):
             return None
-        return grant
-
-    def csrf_for(self, grant: Grant) -> str:
-        """The grant's own CSRF token: knowing it says nothing about the inbox's."""
-        return self._sign("csrf", f"{grant.request_id}.{grant.nonce}")
+        if not hmac.compare_digest(self._sign(payload), sig):
+            return None
+        request_id, channel, responder, expires, nonce = parts
+        try:
+            return Link(request_id, _unb64(channel).decode(), _unb64(responder).decode(), int(expires), nonce)
+        except (ValueError, UnicodeDecodeError):
+            return None
 
 
 def _b64(data: bytes) -> str:

@@ -26,7 +26,7 @@ from hitl_mcp.broker import Broker, NotFound, ReplyInvalid
 from hitl_mcp.models import Kind, Reply, Request, Status, canonical_json, iso, now
 from hitl_mcp.web import MAX_BODY, REPLY_FIELDS, WEB_RESPONDER
 from hitl_mcp.web.auth import COOKIE, WebAuth
-from hitl_mcp.web.links import GRANT_COOKIE, LINK_PATH, SPENT, Grant, RequestLinks
+from hitl_mcp.web.links import LINK_PATH, SPENT, RequestLinks
 from hitl_mcp.web.views import (
     HISTORY_KINDS,
     HISTORY_STATUSES,
@@ -143,12 +143,10 @@ async def read_form(http: HttpRequest) -> tuple[dict[str, str] | None, tuple[int
 
 def csrf_ok(http: HttpRequest, auth: WebAuth, form: Mapping[str, str]) -> bool:
     """A bearer token is never sent by a browser on its own; a cookie is, so it needs the CSRF token."""
-    return auth.bearer_ok(http) or csrf_matches(http, form, auth.csrf_token)
-
-
-def csrf_matches(http: HttpRequest, form: Mapping[str, str], expected: str) -> bool:
+    if auth.bearer_ok(http):
+        return True
     sent = http.headers.get("x-csrf-token") or form.get("csrf") or ""
-    return hmac.compare_digest(sent.encode(), expected.encode())
+    return hmac.compare_digest(sent.encode(), auth.csrf_token.encode())
 
 
 async def notification_feed(broker: Broker) -> list[Request]:
@@ -173,48 +171,38 @@ def success_message(request: Request) -> str:
 def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[BaseRoute]:
     links = RequestLinks(auth)
 
-    def base_context(pending: int, page: str, grant: Grant | None = None) -> dict[str, Any]:
-        """A grant (one request, opened through a link) sees that request only: no nav, its own CSRF."""
+    def base_context(pending: int, page: str) -> dict[str, Any]:
         return {
-            "csrf": auth.csrf_token if grant is None else links.csrf_for(grant),
-            "pending_count": pending if grant is None else 0,
+            "csrf": auth.csrf_token,
+            "pending_count": pending,
             "page": page,
             "now": now(),
-            "signed_in": grant is None,
+            "signed_in": True,
         }
-
-    def grant_of(http: HttpRequest, request_id: str) -> Grant | bool | None:
-        """True for the inbox's own session or token; a grant for this request; else None."""
-        if auth.can_read(http):
-            return True
-        return links.grant_for(http, request_id)
 
     async def pending_count(broker: Broker) -> int:
         return len(await broker.store.list(Status.PENDING, PENDING_LIMIT))
 
-    def signed_out(http: HttpRequest) -> Response:
+    def signed_out(http: HttpRequest, then: str | None = None) -> Response:
         if wants_json(http):
             return JSONResponse({"ok": False, "error": "Sign in first."}, status_code=401)
-        return render("signin.html", 401, page="signin", signed_in=False, now=now(), pending_count=0)
+        return render(
+            "signin.html", 401, page="signin", signed_in=False, now=now(), pending_count=0, then=then
+        )
 
     async def problem(
-        http: HttpRequest,
-        status: int,
-        title: str,
-        message: str,
-        request_id: str | None = None,
-        grant: Grant | None = None,
+        http: HttpRequest, status: int, title: str, message: str, request_id: str | None = None
     ) -> Response:
         if wants_json(http):
             return JSONResponse({"ok": False, "error": message}, status_code=status)
-        pending = 0 if grant is not None else await pending_count(await get_broker())
+        broker = await get_broker()
         return render(
             "message.html",
             status,
             title=title,
             message=message,
             request_id=request_id,
-            **base_context(pending, "message", grant),
+            **base_context(await pending_count(broker), "message"),
         )
 
     async def inbox(http: HttpRequest) -> Response:
@@ -240,14 +228,12 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
         error: str | None = None,
         draft: Mapping[str, str] | None = None,
     ) -> Response:
-        access = grant_of(http, http.path_params["id"])
-        if access is None:
+        if not auth.can_read(http):
             return signed_out(http)
-        grant = access if isinstance(access, Grant) else None
         broker = await get_broker()
         request = await broker.get(http.path_params["id"])
         if request is None:
-            return await problem(http, 404, "Not found", "There is no request with that id.", grant=grant)
+            return await problem(http, 404, "Not found", "There is no request with that id.")
         return render(
             "request.html",
             status,
@@ -257,57 +243,49 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
             audit=await broker.store.audit(request.id),
             error=error,
             draft=draft or {},
-            **base_context(0 if grant else await pending_count(broker), "request", grant),
+            **base_context(await pending_count(broker), "request"),
         )
 
     async def show(http: HttpRequest) -> Response:
         return await request_page(http)
 
     async def answer(http: HttpRequest) -> Response:
-        request_id = http.path_params["id"]
-        access = grant_of(http, request_id)
-        if access is None:
+        if not auth.can_read(http):
             return signed_out(http)
-        grant = access if isinstance(access, Grant) else None
+        request_id = http.path_params["id"]
         form, refused = await read_form(http)
         if refused is not None or form is None:
             status, message = refused or (400, "The form could not be read.")
-            return await problem(http, status, "Not sent", message, request_id, grant)
-        if not (
-            csrf_ok(http, auth, form) if grant is None else csrf_matches(http, form, links.csrf_for(grant))
-        ):
+            return await problem(http, status, "Not sent", message, request_id)
+        if not csrf_ok(http, auth, form):
             return await problem(
                 http,
                 403,
                 "Not sent",
                 "This form did not come from your inbox, or it is out of date. Reload and try again.",
                 request_id,
-                grant,
             )
         fields: dict[str, str | None] = {}
         for name, limit in REPLY_FIELDS.items():
             value = form.get(name, "")
             if len(value) > limit:
                 return await problem(
-                    http, 422, "Not sent", f"The {name} is longer than {limit} characters.", request_id, grant
+                    http, 422, "Not sent", f"The {name} is longer than {limit} characters.", request_id
                 )
             fields[name] = value if value.strip() else None
         decision = fields["decision"]
         if decision is not None and decision not in ("approve", "deny"):
-            return await problem(
-                http, 422, "Not sent", "The decision must be approve or deny.", request_id, grant
-            )
+            return await problem(http, 422, "Not sent", "The decision must be approve or deny.", request_id)
         # the button pressed says what the answer is: a decision, else a choice, else the text
         what = "decision" if decision is not None else "choice" if fields["choice"] is not None else "text"
-        channel, responder = (
-            (web_channel, WEB_RESPONDER) if grant is None else (grant.channel, grant.responder)
+        reply = Reply(
+            channel=web_channel, responder=WEB_RESPONDER, comment=fields["comment"], **{what: fields[what]}
         )
-        reply = Reply(channel=channel, responder=responder, comment=fields["comment"], **{what: fields[what]})
         broker = await get_broker()
         try:
             verdict = await broker.resolve(request_id, reply)
         except NotFound:
-            return await problem(http, 404, "Not found", "There is no request with that id.", grant=grant)
+            return await problem(http, 404, "Not found", "There is no request with that id.")
         except ReplyInvalid as exc:
             message = str(exc)[:1].upper() + str(exc)[1:]
             if wants_json(http):
@@ -333,14 +311,13 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
                 409,
                 request=settled,
                 line=line,
-                **base_context(0 if grant else await pending_count(broker), "message", grant),
+                **base_context(await pending_count(broker), "message"),
             )
         if wants_json(http):
             return JSONResponse(
                 {"ok": True, "message": success_message(settled), "status": settled.status.value}
             )
-        inbox_next = form.get("next") == "inbox" and grant is None
-        target = "/?answered=" + settled.id if inbox_next else f"/requests/{settled.id}"
+        target = "/?answered=" + settled.id if form.get("next") == "inbox" else f"/requests/{settled.id}"
         return RedirectResponse(target, status_code=303)
 
     async def dismiss(http: HttpRequest) -> Response:
@@ -409,29 +386,27 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
         return response
 
     async def open_link(http: HttpRequest) -> Response:
-        """A link from a host's URL-mode elicitation: spend it, grant its request, show the request."""
-        grant = links.read(http.path_params["token"])
-        if grant is None:
+        """A link from a host's URL-mode elicitation, to one request's page. It is not a credential:
+        whoever opens it signs in to the inbox first (the MCP spec forbids pre-authenticated links,
+        and an agent that reads the link must not be able to answer its own request). Checked, then
+        spent once, then a redirect to the request."""
+        token = http.path_params["token"]
+        link = links.read(token)
+        if link is None:
             return _link_problem(404, "Link not valid", "This link is not valid. Copy it whole.")
-        if grant.expired:
+        if link.expired:
             return _link_problem(410, "Link expired", "This link has expired.")
+        if not auth.can_read(http):  # not spent: it works once signed in
+            return signed_out(http, then=f"/link/{token}")
         broker = await get_broker()
-        if await broker.get(grant.request_id) is None:
+        if await broker.get(link.request_id) is None:
             return _link_problem(404, "Link not valid", "There is no such request.")
-        if not await broker.first_seen(SPENT, grant.nonce):
+        if not await broker.first_seen(SPENT, link.nonce):
             return _link_problem(
                 409, "Link already used", "This link was already opened; each link works once."
             )
-        await broker.record(grant.request_id, "link_opened", grant.responder, {"channel": grant.channel})
-        response = RedirectResponse(grant.page, status_code=303)
-        response.set_cookie(
-            GRANT_COOKIE,
-            links.grant_cookie(grant),
-            max_age=max(1, grant.expires - int(now())),
-            httponly=True,
-            samesite="lax",  # the link is often opened from another site (a host's web page)
-            path=grant.page,
-        )
+        await broker.record(link.request_id, "link_opened", WEB_RESPONDER, {"channel": link.channel})
+        response = RedirectResponse(link.page, status_code=303)
         response.headers["Referrer-Policy"] = "no-referrer"
         response.headers["Cache-Control"] = "no-store"
         return response
