@@ -405,7 +405,8 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
             return _link_problem(
                 409, "Link already used", "This link was already opened; each link works once."
             )
-        await broker.record(link.request_id, "link_opened", WEB_RESPONDER, {"channel": link.channel})
+        opened = {"channel": link.channel, "offered_to": link.responder}
+        await broker.record(link.request_id, "link_opened", WEB_RESPONDER, opened)
         response = RedirectResponse(link.page, status_code=303)
         response.headers["Referrer-Policy"] = "no-referrer"
         response.headers["Cache-Control"] = "no-store"
