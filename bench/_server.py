@@ -10,14 +10,18 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
+import httpx2
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-token-0123456789abcdef"
 READY = "MCP (streamable HTTP) at"
 HOST = "hitl-bench"
+SETUP_POLL_SECONDS = 0.25
+SETUP_CHECKS_AT_ONCE = 50
 
 
 async def lines(stream: anyio.abc.ByteReceiveStream) -> AsyncIterator[str]:
@@ -93,3 +97,45 @@ async def stop_process(process: anyio.abc.Process, grace: float) -> None:
         process.kill()
         await process.wait()
     await process.aclose()
+
+
+async def get(http: httpx2.AsyncClient, url: str, **kwargs: Any) -> httpx2.Response:
+    """A setup GET, tried again after a transport error."""
+    for attempt in range(3):
+        try:
+            response = await http.get(url, **kwargs)
+        except httpx2.TransportError:
+            if attempt == 2:
+                raise
+            await anyio.sleep(1)
+            continue
+        response.raise_for_status()
+        return response
+    raise AssertionError("unreachable")
+
+
+async def wait_delivered(http: httpx2.AsyncClient, ids: list[str]) -> None:
+    """Setup: until every request is still pending and the outbox has no delivery of it queued or
+    sending (right after a burst of asks it is that many deliveries behind, and replies sent
+    meanwhile would queue behind them)."""
+    left = list(ids)  # oldest first, as the outbox works
+    with anyio.fail_after(120 + len(ids) * 0.2):
+        while left:
+            chunk, done = left[:SETUP_CHECKS_AT_ONCE], set[str]()
+            async with anyio.create_task_group() as tg:
+                for request_id in chunk:
+                    tg.start_soon(check_delivered, http, request_id, done)
+            left = [i for i in left if i not in done]
+            if len(done) < len(chunk):
+                await anyio.sleep(SETUP_POLL_SECONDS)
+
+
+async def check_delivered(http: httpx2.AsyncClient, request_id: str, done: set[str]) -> None:
+    data = (await get(http, f"/api/requests/{request_id}")).json()
+    if data["status"] != "pending":
+        raise RuntimeError(
+            f"request {request_id} is {data['status']} before any reply: {data.get('outcome')}"
+        )
+    deliveries = data["deliveries"]
+    if deliveries and all(d["status"] not in ("queued", "sending") for d in deliveries):
+        done.add(request_id)

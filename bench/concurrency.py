@@ -50,13 +50,12 @@ import anyio.abc
 import httpx2
 
 from _concurrency_client import answer, question, raise_nofile, wave_of
-from _server import READY, TOKEN, lines, server, stop_process
+from _server import READY, TOKEN, get, lines, server, stop_process, wait_delivered
 
 CLIENT = Path(__file__).resolve().parent / "_concurrency_client.py"
 POLL_SECONDS = 0.25
 GOAL_RSS_MB = 512.0
 GOAL_SECONDS = 2.0
-CHECK_AT_ONCE = 50
 
 
 def log(message: str) -> None:
@@ -258,46 +257,6 @@ async def hold_waves(
         if wave % 5 == 4 or wave == max(by_wave):
             log(f"  wave {wave + 1}/{len(by_wave)}: {len(ids)} calls held and listed")
     return ids
-
-
-async def get(http: httpx2.AsyncClient, url: str, **kwargs: Any) -> httpx2.Response:
-    """A setup GET, tried again after a transport error."""
-    for attempt in range(3):
-        try:
-            response = await http.get(url, **kwargs)
-        except httpx2.TransportError:
-            if attempt == 2:
-                raise
-            await anyio.sleep(1)
-            continue
-        response.raise_for_status()
-        return response
-    raise AssertionError("unreachable")
-
-
-async def wait_delivered(http: httpx2.AsyncClient, ids: list[str]) -> None:
-    """Until every request is still pending and the outbox has no delivery of it queued or sending."""
-    left = list(ids)  # oldest first, as the outbox works
-    with anyio.fail_after(120 + len(ids) * 0.1):
-        while left:
-            chunk, done = left[:CHECK_AT_ONCE], set[str]()
-            async with anyio.create_task_group() as tg:
-                for request_id in chunk:
-                    tg.start_soon(check_delivered, http, request_id, done)
-            left = [i for i in left if i not in done]
-            if len(done) < len(chunk):
-                await anyio.sleep(POLL_SECONDS)
-
-
-async def check_delivered(http: httpx2.AsyncClient, request_id: str, done: set[str]) -> None:
-    data = (await get(http, f"/api/requests/{request_id}")).json()
-    if data["status"] != "pending":
-        raise RuntimeError(
-            f"request {request_id} is {data['status']} before any reply: {data.get('outcome')}"
-        )
-    deliveries = data["deliveries"]
-    if deliveries and all(d["status"] not in ("queued", "sending") for d in deliveries):
-        done.add(request_id)
 
 
 # --- the measured part --------------------------------------------------------------------------

@@ -32,7 +32,7 @@ import httpx2
 import mcp.types
 from mcp import Client
 
-from _server import HOST, READY, TOKEN, server
+from _server import HOST, READY, TOKEN, server, wait_delivered
 
 CLIENT_INFO = mcp.types.Implementation(name=HOST, version="1")
 WAIT_SECONDS = 3000  # below the host budget below, so no call returns "pending" during a run
@@ -150,29 +150,6 @@ async def wait_pending(http: httpx2.AsyncClient, questions: set[str]) -> dict[st
             if len(ids) == len(questions):
                 return ids
             await anyio.sleep(POLL_SECONDS)
-
-
-async def wait_delivered(http: httpx2.AsyncClient, ids: list[str]) -> None:
-    """Setup: wait until the outbox is done with every request's deliveries. Right after a burst of
-    N asks it still has ~N deliveries to write, and replies sent meanwhile queue behind them."""
-    left = list(ids)  # oldest first, as the outbox works
-    with anyio.fail_after(60 + len(ids) * 0.2):
-        while left:
-            chunk, sent = left[:50], set[str]()
-            async with anyio.create_task_group() as tg:
-                for request_id in chunk:
-                    tg.start_soon(check_delivered, http, request_id, sent)
-            left = [i for i in left if i not in sent]
-            if len(sent) < len(chunk):
-                await anyio.sleep(POLL_SECONDS)
-
-
-async def check_delivered(http: httpx2.AsyncClient, request_id: str, sent: set[str]) -> None:
-    response = await http.get(f"/api/requests/{request_id}")
-    response.raise_for_status()
-    deliveries = response.json()["deliveries"]
-    if deliveries and all(d["status"] not in ("queued", "sending") for d in deliveries):
-        sent.add(request_id)
 
 
 async def main(pendings: list[int], samples: int | None) -> None:

@@ -15,13 +15,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
-import uvicorn
 from playwright.async_api import Page, async_playwright, expect
 
 from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.config import parse_config
 from hitl_mcp.models import Kind, Reply
-from hitl_mcp.runtime import Runtime, bind
+from hitl_mcp.runtime import HttpServer, Runtime, bind
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -121,24 +120,15 @@ async def live_server(state_dir: Path) -> AsyncIterator[tuple[str, Runtime]]:
     assert sock is not None
     port = sock.getsockname()[1]
     app = runtime.http_app(None, "stdio", "127.0.0.1")
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_config=None, access_log=False, timeout_graceful_shutdown=1)
-    )
-    stopped = anyio.Event()
-
-    async def serve() -> None:
-        try:
-            await server.serve(sockets=[sock])
-        finally:
-            stopped.set()
-
+    http = HttpServer(app, sock)
     async with anyio.create_task_group() as tg:
         await tg.start(runtime.run)
-        tg.start_soon(serve)  # the socket already listens: early connections wait in its backlog
-        yield f"http://127.0.0.1:{port}", runtime
-        server.should_exit = True
-        with anyio.move_on_after(5):
-            await stopped.wait()
+        async with anyio.create_task_group() as web:
+            web.start_soon(http.run)  # the socket already listens: early connections wait in its backlog
+            try:
+                yield f"http://127.0.0.1:{port}", runtime
+            finally:
+                http.stop()
         sock.close()
         tg.cancel_scope.cancel()
 

@@ -14,12 +14,11 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-import uvicorn
 
 from hitl_mcp.broker import AskSpec
 from hitl_mcp.config import Config
 from hitl_mcp.models import Kind, Reply, Request, Status
-from hitl_mcp.runtime import Runtime, bind
+from hitl_mcp.runtime import HttpServer, Runtime, bind
 from hitl_mcp.web.views import HistoryFilter, agent_groups, ago, already_line, time_left
 from tests.conftest import TOKEN, make_config, running
 
@@ -48,28 +47,17 @@ async def serve_inbox(
     port = sock.getsockname()[1]
     runtime.inbox_url = f"http://127.0.0.1:{port}"  # where links to the inbox point
     app = runtime.http_app(runtime.build_mcp() if with_mcp else None, "http", "127.0.0.1")
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=1)
-    )
-    stopped = anyio.Event()
-
-    async def serve() -> None:
-        try:
-            await server.serve(sockets=[sock])
-        finally:
-            stopped.set()
-
+    http = HttpServer(app, sock)
     async with anyio.create_task_group() as tg:
         await tg.start(runtime.run)
-        tg.start_soon(serve)  # the socket already listens: early connections wait in its backlog
-        try:
-            yield Inbox(f"http://127.0.0.1:{port}", runtime)
-        finally:
-            server.should_exit = True
-            with anyio.move_on_after(5):
-                await stopped.wait()
-            sock.close()
-            tg.cancel_scope.cancel()
+        async with anyio.create_task_group() as web:
+            web.start_soon(http.run)  # the socket already listens: early connections wait in its backlog
+            try:
+                yield Inbox(f"http://127.0.0.1:{port}", runtime)
+            finally:
+                http.stop()  # uvicorn closes its connections; the group waits for it
+        sock.close()
+        tg.cancel_scope.cancel()
 
 
 # --- an in-process client with the session cookie, as a browser after /login ----------------------

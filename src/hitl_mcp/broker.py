@@ -367,7 +367,7 @@ class Broker:
         if request.id in self._waiters:
             self._just_settled[request.id] = request
         self._publish(request.id, request.status.value)
-        if any(getattr(self.channels.get(name), "retracts", True) for name in request.channels):
+        if any(name not in self.store.silent_channels for name in request.channels):
             self.outbox.kick()  # a retraction may be queued
 
 
