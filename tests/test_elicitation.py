@@ -106,7 +106,7 @@ async def test_choice_question_answered_in_the_form(state_dir: Path, mode: str) 
         )
         assert out["status"] == "answered"
         assert (out["answer"], out["choice"], out["channel"]) == ("blue", "blue", "elicitation")
-        assert out["responder"] == "host user (mcp)"
+        assert out["responder"] == "host form (mcp)"
         (shown,) = host.shown
         assert shown.message.startswith("Which colour?")
         assert "Also sent via web" in shown.message
@@ -140,8 +140,9 @@ async def test_approval_denied_in_the_form(state_dir: Path, mode: str) -> None:
         assert out["status"] == "answered" and out["approved"] is False
         assert out["comment"] == "not on a Friday" and out["channel"] == "elicitation"
         (shown,) = host.shown
-        assert shown.requested_schema["properties"]["decision"]["enum"] == ["approve", "deny"]
-        assert shown.requested_schema["required"] == ["decision"]
+        # high risk: the form may deny, never approve (channels.<name>.approvals)
+        assert shown.requested_schema["properties"]["decision"]["enum"] == ["deny"]
+        assert shown.requested_schema["required"] == []
         assert "comment" in shown.requested_schema["properties"]
         assert "Risk: high" in shown.message and out["payload_sha256"] in shown.message
 
@@ -532,7 +533,7 @@ async def test_form_over_stdio_in_both_eras(tmp_path: Path, state_dir: Path, mod
         assert client.session.protocol_version == era
         approval = sc(await client.call_tool("request_approval", {"action": "Restart", "wait_seconds": 30}))
         assert approval["status"] == "answered" and approval["approved"] is True
-        assert approval["channel"] == "elicitation" and approval["responder"] == "host user (mcp)"
+        assert approval["channel"] == "elicitation" and approval["responder"] == "host form (mcp)"
         question = sc(await client.call_tool("ask_user", {"question": "Who?", "wait_seconds": 30}))
         assert question["answer"] == "Sam" and question["channel"] == "elicitation"
     assert len(host.shown) == 2

@@ -96,7 +96,7 @@ async def test_elicitation_handler_answers_a_question_and_a_deny(tmp_path: Path)
     seen = await scenario("elicitation", Server(tmp_path))
     question, approval = seen["question"], seen["approval"]
     assert question["status"] == "answered" and question["choice"] == "blue"
-    assert question["channel"] == "elicitation" and question["responder"] == "host user (ts-elicit)"
+    assert question["channel"] == "elicitation" and question["responder"] == "host form (ts-elicit)"
     assert approval["status"] == "answered" and approval["approved"] is False
     assert approval["comment"] == "not today" and approval["channel"] == "elicitation"
     asked, denied = seen["shown"]

@@ -20,7 +20,7 @@ import anyio
 from hitl_mcp.channels.base import Channel, Delivery, ResolveResult
 from hitl_mcp.models import Kind, NotifyResult, Reply, Request, Status, canonical_json, now, payload_sha256
 from hitl_mcp.outbox import Outbox
-from hitl_mcp.store.base import Store
+from hitl_mcp.store.base import KeyConflict, Store
 
 log = logging.getLogger("hitl_mcp.broker")
 
@@ -64,6 +64,8 @@ class AskSpec:
     idempotency_key: str | None = None
     session_key: str | None = None
     client_name: str | None = None
+    owner: str = ""
+    """The client that asks (``models.client_identity``): its keys, its requests."""
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,7 @@ class Broker:
 
     # --- asking ----------------------------------------------------------------------------
 
-    def check_channels(self, kind: Kind, names: list[str] | None) -> list[str]:
+    def check_channels(self, kind: Kind, names: list[str] | None, risk: str | None = None) -> list[str]:
         chosen = list(dict.fromkeys(names)) if names else list(self.defaults.channels[kind])
         unknown = [n for n in chosen if n not in self.channels]
         if unknown:
@@ -170,11 +172,17 @@ class Broker:
                 raise UnknownChannel(
                     f"channel {', '.join(map(repr, silent))} can notify but cannot take an answer"
                 )
+        if kind == Kind.APPROVAL and not any(self.channels[n].may_approve(risk) for n in chosen):
+            raise UnknownChannel(
+                f"none of {', '.join(map(repr, chosen))} may approve a {risk or 'medium'}-risk action "
+                "(the host's form is limited by its `approvals` setting); add a channel a person answers, "
+                "such as web"
+            )
         return chosen
 
     async def ask(self, spec: AskSpec) -> tuple[Request, bool]:
         """Store the request and queue its deliveries, or re-attach to the one it repeats."""
-        channels = self.check_channels(spec.kind, spec.channels)
+        channels = self.check_channels(spec.kind, spec.channels, spec.risk)
         created_at = now()
         timeout = spec.timeout_seconds or self.defaults.timeouts.get(spec.kind)
         allow_free_text = spec.allow_free_text if spec.allow_free_text is not None else not spec.choices
@@ -197,26 +205,31 @@ class Broker:
             idempotency_key=spec.idempotency_key,
             session_key=spec.session_key,
             client_name=spec.client_name,
+            owner=spec.owner,
             created_at=created_at,
             expires_at=created_at + timeout if timeout and spec.kind != Kind.NOTIFICATION else None,
         )
-        stored, created = await self.store.create(request, self._dedupe_key(spec))
-        if not created and stored.kind != spec.kind:
+        try:
+            stored, created = await self.store.create(request, self._dedupe_key(request))
+        except KeyConflict:
+            # no outcome and no id: the key's request may hold someone's answer to something else
             raise BrokerError(
-                f"idempotency_key {spec.idempotency_key!r} already belongs to {stored.kind.value} "
-                f"{stored.id}; use a new key for a new request"
-            )
+                "idempotency_key already used for a different request; use a new key for a new request"
+            ) from None
         if created:
             self.outbox.kick()
             self._expiry_wake.set()
         return stored, created
 
     @staticmethod
-    def _dedupe_key(spec: AskSpec) -> str | None:
-        """Without a key, the same question from the same session while pending is the same request."""
-        if spec.idempotency_key is not None or spec.session_key is None or spec.kind == Kind.NOTIFICATION:
+    def _dedupe_key(request: Request) -> str | None:
+        """Without a key, the same ask (all of it: text, details, choices, payload, risk) from the
+        same session while it is pending is the same request."""
+        if request.idempotency_key is not None or request.session_key is None:
             return None
-        material = canonical_json([spec.session_key, spec.kind.value, spec.text, spec.choices or []])
+        if request.kind == Kind.NOTIFICATION:
+            return None
+        material = canonical_json([request.owner, request.session_key, request.fingerprint])
         return hashlib.sha256(material.encode()).hexdigest()
 
     async def notify(self, spec: AskSpec) -> NotifyResult:
@@ -318,6 +331,14 @@ class Broker:
         request = await self.store.get(request_id)
         if request is None:
             raise NotFound(f"no request with id {request_id!r}")
+        return request
+
+    async def owned(self, request_id: str, owner: str) -> Request:
+        """The request, if it belongs to ``owner``; for anyone else it does not exist (no
+        "forbidden", which would confirm the id)."""
+        request = await self.store.get(request_id)
+        if request is None or request.owner != owner or request.kind == Kind.NOTIFICATION:
+            raise NotFound(f"no question or approval with id {request_id!r}")
         return request
 
     # --- settling --------------------------------------------------------------------------

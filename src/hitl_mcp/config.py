@@ -289,6 +289,9 @@ class ServerConfig(_Section):
     state_dir: Path | None = None
     store: str = "sqlite"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    agent: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+    """An identity for the agent this server serves. A request belongs to the client that asked:
+    this, with the MCP client's ``clientInfo.name``."""
 
     @field_validator("public_url", mode="before")
     @classmethod

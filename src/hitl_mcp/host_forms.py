@@ -48,7 +48,7 @@ from mcp_types.version import is_version_at_least
 
 from hitl_mcp.broker import Broker, ReplyInvalid
 from hitl_mcp.channels import elicitation
-from hitl_mcp.models import Request, now
+from hitl_mcp.models import Kind, Request, now
 from hitl_mcp.web.links import LINK_PATH, RequestLinks
 
 log = logging.getLogger("hitl_mcp.server")
@@ -207,7 +207,7 @@ class HostForms:
         """Show the form until it is answered, declined or withdrawn; a failure here never fails the
         call: the other channels go on."""
         who = responder(ctx)
-        form = elicitation.render(request, [n for n in request.channels if n != channel])
+        form = render_form(broker, request, channel)
         note: str | None = None
         try:
             with anyio.move_on_after(budget):  # never longer than the call may wait
@@ -272,6 +272,10 @@ class HostForms:
             return None
         if answer.action == "accept":
             reply = elicitation.reply_from(request, answer.content, channel, who)
+            if reply.decision != "deny" and not broker.channels[channel].may_approve(request.risk):
+                # a deny-only form: whatever else came back approves nothing
+                await broker.record(request.id, "form_approval_refused", who, {"channel": channel})
+                return None
             try:
                 await broker.resolve(request.id, reply)  # a late answer is recorded as losing
             except ReplyInvalid as exc:
@@ -309,7 +313,7 @@ class HostForms:
             )
         else:
             await broker.record(request.id, "form_offered", who, {"channel": channel})
-            form = elicitation.render(request, [n for n in request.channels if n != channel])
+            form = render_form(broker, request, channel)
             message = form.message if note is None else f"{note}\n\n{form.message}"
             params = ElicitRequestFormParams(message=message, requested_schema=form.schema)
         return InputRequiredResult(
@@ -365,9 +369,15 @@ def is_modern(ctx: Context) -> bool:
     return version is not None and is_version_at_least(version, INPUT_REQUIRED_VERSION)
 
 
+def render_form(broker: Broker, request: Request, channel: str) -> elicitation.Form:
+    others = [n for n in request.channels if n != channel]
+    can_approve = request.kind != Kind.APPROVAL or broker.channels[channel].may_approve(request.risk)
+    return elicitation.render(request, others, can_approve)
+
+
 def responder(ctx: Context) -> str:
-    name = client_name(ctx)
-    return f"host user ({name})" if name else "host user"
+    """Who answered in the host's form: the client that drew it, never a name it picks for a person."""
+    return f"host form ({client_name(ctx) or 'unnamed client'})"
 
 
 def client_name(ctx: Context) -> str | None:

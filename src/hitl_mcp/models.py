@@ -53,6 +53,13 @@ def payload_sha256(payload: Any) -> str | None:
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
 
+def client_identity(client_name: str | None, agent: str | None = None) -> str:
+    """Who a request belongs to: the MCP client's ``clientInfo.name``, prefixed with the agent
+    identity configured for this server (``server.agent``) when there is one."""
+    name = client_name or "(unnamed client)"
+    return f"{agent}/{name}" if agent else name
+
+
 class Request(BaseModel):
     """One durable request to a person. The row is the truth; waiters are views on it."""
 
@@ -76,6 +83,8 @@ class Request(BaseModel):
     idempotency_key: str | None = None
     session_key: str | None = None
     client_name: str | None = None
+    owner: str = ""
+    """The client that asked (see ``client_identity``): only it may re-attach, wait on or cancel."""
     created_at: float
     expires_at: float | None = None
     closed_at: float | None = None
@@ -94,6 +103,25 @@ class Request(BaseModel):
     @property
     def is_open(self) -> bool:
         return self.status == Status.PENDING
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of everything the person is asked: re-attaching to a request (by idempotency key
+        or as a repeat) is allowed only when this matches, so an approval covers exactly what was
+        shown."""
+        material = [
+            self.kind.value,
+            self.text,
+            self.title,
+            self.details,
+            self.context,
+            self.choices or [],
+            self.allow_free_text,
+            self.payload_sha256,
+            self.risk,
+            self.default_answer,
+        ]
+        return hashlib.sha256(canonical_json(material).encode()).hexdigest()
 
 
 class Reply(BaseModel):

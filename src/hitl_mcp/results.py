@@ -26,8 +26,8 @@ def to_outcome(
 
 
 def _approved(request: Request) -> bool | None:
-    if request.kind != Kind.APPROVAL:
-        return None
+    if request.kind != Kind.APPROVAL or request.status == Status.PENDING:
+        return None  # undecided (DESIGN: null while pending)
     # silence is never consent: only an answered approval with a yes is true
     return request.status == Status.ANSWERED and bool(request.approved)
 

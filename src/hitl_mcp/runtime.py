@@ -98,6 +98,7 @@ class Runtime:
             host_overrides={name: h.budget_seconds for name, h in self.config.hosts.items()},
             state_dir=self.state_dir,
             linking=Linking(self.inbox_url, RequestLinks(self.auth)) if self.inbox_url else None,
+            agent=self.config.server.agent,
         )
 
     def build_mcp(self) -> MCPServer:

@@ -37,7 +37,7 @@ from hitl_mcp.host_forms import (
     session_key,
 )
 from hitl_mcp.hosts import host_budget
-from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json
+from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json, client_identity
 from hitl_mcp.results import describe, format_duration, to_outcome
 
 log = logging.getLogger("hitl_mcp.server")
@@ -106,6 +106,7 @@ class Settings:
         host_overrides: dict[str, float] | None = None,
         state_dir: Path | None = None,
         linking: Linking | None = None,
+        agent: str | None = None,
     ) -> None:
         self.heartbeat_seconds = heartbeat_seconds
         self.max_block_seconds = max_block_seconds
@@ -114,6 +115,8 @@ class Settings:
         """Where the request-state key is kept; None: a key that dies with the process."""
         self.linking = linking
         """Where links to the inbox point (URL-mode elicitation); None: no links."""
+        self.agent = agent
+        """The agent identity (``server.agent``) that, with the client's name, owns requests."""
 
 
 def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings) -> MCPServer:
@@ -126,6 +129,17 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         "hitl-mcp", instructions=INSTRUCTIONS, version=__version__, request_state_security=security
     )
     forms = HostForms(settings.heartbeat_seconds, settings.linking)
+
+    def owner(ctx: Context) -> str:
+        return client_identity(client_name(ctx), settings.agent)
+
+    async def mine(ctx: Context, request_id: str) -> Request:
+        """The caller's own question or approval; any other id is "no such request"."""
+        broker = await get_broker()
+        try:
+            return await broker.owned(request_id, owner(ctx))
+        except BrokerError as exc:
+            raise ToolError(f"request_id: {exc}") from None
 
     async def waited(ctx: Context, request: Request, wait_seconds: float | None) -> Waited:
         broker = await get_broker()
@@ -180,10 +194,11 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         if state is not None:
             # 2026-07-28: a retry of this very call, answering its form; the request exists
             request = await broker.get(state.request_id)
-            if request is not None and request.kind == spec.kind:
+            if request is not None and request.kind == spec.kind and request.owner == owner(ctx):
                 return await waited(ctx, request, wait_seconds)
         spec.session_key = session_key(ctx)
         spec.client_name = client_name(ctx)
+        spec.owner = owner(ctx)
         try:
             request, _ = await broker.ask(spec)
         except BrokerError as exc:
@@ -302,6 +317,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             channels=channels,
             session_key=session_key(ctx),
             client_name=client_name(ctx),
+            owner=owner(ctx),
         )
         try:
             return await broker.notify(spec)
@@ -316,11 +332,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
     ) -> Waited:
         """Keep waiting for the answer to an earlier ask_user or request_approval that returned
         "pending". Returns at once if it has been answered, expired or cancelled meanwhile."""
-        broker = await get_broker()
-        request = await broker.get(request_id)
-        if request is None or request.kind == Kind.NOTIFICATION:
-            raise ToolError(f"request_id: no question or approval with id {request_id!r}")
-        return await waited(ctx, request, wait_seconds)
+        return await waited(ctx, await mine(ctx, request_id), wait_seconds)
 
     @mcp.tool(
         annotations=ToolAnnotations(title="Cancel a request", read_only_hint=False, destructive_hint=False),
@@ -335,6 +347,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         """Withdraw a pending request you no longer need; it is retracted on every channel.
         A request already answered or expired stays as it was, and that is returned."""
         broker = await get_broker()
+        await mine(ctx, request_id)
         try:
             request = await broker.cancel(request_id, reason, client_name(ctx) or "agent")
         except BrokerError as exc:

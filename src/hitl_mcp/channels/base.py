@@ -125,6 +125,11 @@ class Channel:
         """Inbound webhook routes, mounted under ``/webhooks/<channel name>/``."""
         return []
 
+    def may_approve(self, risk: str | None) -> bool:
+        """Whether an approval of this risk may be given here (a person answers every channel but
+        the host's own form, which the MCP client draws)."""
+        return True
+
     async def check(self) -> str:
         """Verify credentials and reachability (``hitl-mcp check``); return a short description, or
         raise ``DeliveryError`` saying what is wrong. Must work without ``start``."""

@@ -32,6 +32,11 @@ class Config(ChannelConfig):
     mode: Literal["auto", "form", "url"] = "auto"
     """auto: a form when the client shows forms, else a link to the request's inbox page when it
     opens URLs (URL-mode elicitation); form or url: only that."""
+    approvals: Literal["none", "low", "medium", "all"] = "medium"
+    """Which approvals the form may approve, by risk: none, low only, up to medium (the default;
+    an approval with no risk counts as medium), or all. The MCP client draws the form and answers
+    it: for a client that is the agent's own code, approving there is approving itself. A link
+    (URL mode) is never limited: the answer is given in the inbox."""
 
 
 @dataclass(frozen=True)
@@ -55,12 +60,38 @@ class Channel(BaseChannel):
             )
         return Delivery(detail={"offered": "in the MCP host's window while a tool call waits"})
 
+    def may_approve(self, risk: str | None) -> bool:
+        assert isinstance(self.config, Config)
+        return may_approve(self.config, risk)
 
-def render(request: Request, also_via: list[str] | None = None) -> Form:
-    """The form for a question or an approval. ``also_via``: the request's other channels."""
+
+RISK_ORDER = {"low": 1, "medium": 2, "high": 3}
+APPROVALS_UP_TO = {"none": 0, "low": 1, "medium": 2, "all": 3}
+
+
+def may_approve(config: Config, risk: str | None) -> bool:
+    """Whether an approval of this risk given in the host's form counts (see ``approvals``)."""
+    return RISK_ORDER[risk or "medium"] <= APPROVALS_UP_TO[config.approvals]
+
+
+def render(request: Request, also_via: list[str] | None = None, can_approve: bool = True) -> Form:
+    """The form for a question or an approval. ``also_via``: the request's other channels;
+    ``can_approve``: false when this form may only deny (``may_approve``)."""
     parts: list[str] = []
-    if request.kind == Kind.APPROVAL:
-        parts.append(f"Approve this action?\n{request.text}")
+    if request.kind != Kind.APPROVAL:
+        parts.append(request.text)
+        if request.context:
+            parts.append(request.context)
+        schema = _question_schema(request)
+    else:
+        if can_approve:
+            parts.append(f"Approve this action?\n{request.text}")
+        else:
+            where = ", ".join(also_via or []) or "the hitl-mcp inbox"
+            parts.append(
+                f"Approval needed: {request.text}\n"
+                f"It cannot be approved in this window: approve it via {where}. You may deny it here."
+            )
         if request.details:
             parts.append(request.details)
         if request.risk:
@@ -70,19 +101,15 @@ def render(request: Request, also_via: list[str] | None = None) -> Form:
             if len(payload) > PAYLOAD_PREVIEW:
                 payload = payload[:PAYLOAD_PREVIEW] + "…"
             parts.append(f"Exact action (SHA-256 {request.payload_sha256}):\n{payload}")
-        schema: dict[str, Any] = {
+        decisions = ["approve", "deny"] if can_approve else ["deny"]
+        schema = {
             "type": "object",
             "properties": {
-                "decision": {"type": "string", "title": "Decision", "enum": ["approve", "deny"]},
+                "decision": {"type": "string", "title": "Decision", "enum": decisions},
                 "comment": {"type": "string", "title": "Comment", "description": "Optional."},
             },
-            "required": ["decision"],
+            "required": ["decision"] if can_approve else [],
         }
-    else:
-        parts.append(request.text)
-        if request.context:
-            parts.append(request.context)
-        schema = _question_schema(request)
     if also_via:
         parts.append(f"Also sent via {', '.join(also_via)}; the first answer counts.")
     return Form("\n\n".join(parts), schema)

@@ -14,6 +14,10 @@ from hitl_mcp.audit import AuditRow, Verdict
 from hitl_mcp.models import Reply, Request, Status
 
 
+class KeyConflict(Exception):
+    """An idempotency key the same client already used for a request that asked something else."""
+
+
 @dataclass(frozen=True)
 class DeliveryRow:
     id: int
@@ -69,7 +73,9 @@ class Store(Protocol):
 
     async def create(self, request: Request, dedupe_key: str | None) -> tuple[Request, bool]:
         """Insert the request and queue its deliveries, or return the pending (or, for an
-        idempotency key, any) request it duplicates; the bool says whether it was created."""
+        idempotency key of the same owner, any) request it duplicates; the bool says whether it
+        was created. Raises ``KeyConflict`` when the owner's key belongs to a request whose
+        ``fingerprint`` differs."""
         ...
 
     async def get(self, request_id: str) -> Request | None: ...

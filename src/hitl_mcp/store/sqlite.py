@@ -25,7 +25,7 @@ import anyio.to_thread
 
 from hitl_mcp.audit import GENESIS, AuditRow, Verdict, row_hash, verify
 from hitl_mcp.models import Kind, Reply, Request, Status, now
-from hitl_mcp.store.base import Change, DeliveryRow, ReplyRow, Settled
+from hitl_mcp.store.base import Change, DeliveryRow, KeyConflict, ReplyRow, Settled
 
 T = TypeVar("T")
 
@@ -144,6 +144,14 @@ MIGRATIONS: list[str] = [
     # fewer to write on every delivery
     """
     DROP INDEX deliveries_request;
+    """,
+    # 5: a request belongs to the client that asked: idempotency keys are scoped to it
+    """
+    ALTER TABLE requests ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+    UPDATE requests SET owner = IFNULL(json_extract(body, '$.client_name'), '(unnamed client)');
+    DROP INDEX requests_idempotency;
+    CREATE UNIQUE INDEX requests_idempotency ON requests(owner, idempotency_key)
+        WHERE idempotency_key IS NOT NULL;
     """,
 ]
 
@@ -312,7 +320,8 @@ class SqliteStore:
                 existing = None
                 if request.idempotency_key is not None:
                     cursor = db.execute(
-                        "SELECT * FROM requests WHERE idempotency_key = ?", (request.idempotency_key,)
+                        "SELECT * FROM requests WHERE owner = ? AND idempotency_key = ?",
+                        (request.owner, request.idempotency_key),
                     )
                     existing = cursor.fetchone()
                 if existing is None and dedupe_key is not None:
@@ -322,17 +331,20 @@ class SqliteStore:
                     existing = cursor.fetchone()
                 if existing is not None:
                     found = _request(existing)
+                    if found.fingerprint != request.fingerprint:
+                        raise KeyConflict("idempotency_key already used for a different request")
                     self._append(db, found.id, "reattached", request.client_name, {})
                     return found, False
                 body = {name: getattr(request, name) for name in BODY_FIELDS}
                 db.execute(
-                    "INSERT INTO requests (id, kind, status, body, idempotency_key, dedupe_key, session_key,"
-                    " created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO requests (id, kind, status, body, owner, idempotency_key, dedupe_key,"
+                    " session_key, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         request.id,
                         request.kind.value,
                         request.status.value,
                         json.dumps(body),
+                        request.owner,
                         request.idempotency_key,
                         dedupe_key,
                         request.session_key,
@@ -785,6 +797,7 @@ def _request(row: sqlite3.Row) -> Request:
         status=Status(row["status"]),
         idempotency_key=row["idempotency_key"],
         session_key=row["session_key"],
+        owner=row["owner"],
         created_at=row["created_at"],
         expires_at=row["expires_at"],
         closed_at=row["closed_at"],
