@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -189,12 +190,9 @@ async def test_over_http_a_second_session_reusing_a_key_gets_nothing(tmp_path: P
             streamable_http_client(url), mode="legacy", client_info=named("deploy-agent")
         ) as client:
             first = sc(await client.call_tool("request_approval", APPROVE_DEPLOY))
-        import httpx2
-
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
-            r = await http.post(
-                f"http://127.0.0.1:{port}/api/requests/{first['request_id']}/reply", json={"decision": "approve"}
-            )
+            reply_url = f"http://127.0.0.1:{port}/api/requests/{first['request_id']}/reply"
+            r = await http.post(reply_url, json={"decision": "approve"})
             assert r.status_code == 200
         async with Client(streamable_http_client(url), mode="legacy", client_info=named("other")) as other:
             forged = {**APPROVE_DEPLOY, "action": "DROP DATABASE production", "payload": {"db": "prod"}}
