@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 
 from hitl_mcp.channels.base import Channel, Delivery, ResolveResult
+from hitl_mcp.loops import forever, reason
 from hitl_mcp.models import Kind, NotifyResult, Reply, Request, Status, canonical_json, now, payload_sha256
 from hitl_mcp.outbox import Outbox
 from hitl_mcp.store.base import KeyConflict, Store
@@ -28,6 +29,8 @@ POLL_SECONDS = 0.5
 MAINTAIN_SECONDS = 2.0
 WAKING_EVENTS = ("answered", "expired", "cancelled", "delivery_failed")
 NOTIFY_TIMEOUT = 15.0
+#: a waiter whose request is due but could not be expired looks again this soon
+EXPIRY_RETRY_SECONDS = 1.0
 
 
 class BrokerError(Exception):
@@ -100,48 +103,47 @@ class Broker:
         self._expiry_wake = anyio.Event()
         self._waiters_present = anyio.Event()
         self._listeners: set[Callable[[str, str], None]] = set()
+        self._last_seq = 0
 
     # --- background work -------------------------------------------------------------------
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """The outbox, expiry and change feed; runs until cancelled."""
+        """The outbox, expiry and change feed; runs until cancelled. Each loop survives a failed
+        round (``loops.forever``): a locked or failing store delays the work, never ends it."""
         self.store.silent_channels = frozenset(n for n, c in self.channels.items() if not c.retracts)
-        last = await self.store.last_seq()
+        self._last_seq = await self.store.last_seq()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.outbox.run)
-            tg.start_soon(self._expire_loop)
-            tg.start_soon(self._watch_changes, last)
-            tg.start_soon(self._maintain)
+            tg.start_soon(forever, "the expiry sweep", self._expire_round)
+            tg.start_soon(forever, "the change feed", self._watch_round)
+            tg.start_soon(forever, "the WAL checkpoint", self._maintain_round)
             task_status.started()
 
-    async def _expire_loop(self) -> None:
-        while True:
-            for request_id in await self.store.due_expiries(now()):
-                await self.expire(request_id)
-            upcoming = await self.store.next_expiry()
-            delay = 30.0 if upcoming is None else min(max(upcoming - now(), 0.05), 30.0)
-            with anyio.move_on_after(delay):
-                await self._expiry_wake.wait()
-            self._expiry_wake = anyio.Event()
+    async def _expire_round(self) -> None:
+        for request_id in await self.store.due_expiries(now()):
+            await self.expire(request_id)
+        upcoming = await self.store.next_expiry()
+        delay = 30.0 if upcoming is None else min(max(upcoming - now(), 0.05), 30.0)
+        with anyio.move_on_after(delay):
+            await self._expiry_wake.wait()
+        self._expiry_wake = anyio.Event()
 
-    async def _maintain(self) -> None:
-        while True:
-            await anyio.sleep(MAINTAIN_SECONDS)
-            await self.store.maintain()
+    async def _maintain_round(self) -> None:
+        await anyio.sleep(MAINTAIN_SECONDS)
+        await self.store.maintain()
 
-    async def _watch_changes(self, last: int) -> None:
+    async def _watch_round(self) -> None:
         """Wake waiters (and listeners) for changes written by any process."""
-        while True:
-            if not self._waiters and not self._listeners:
-                self._waiters_present = anyio.Event()
-                await self._waiters_present.wait()
-            changes = await self.store.changes_since(last)
-            for change in changes:
-                last = change.seq
-                if change.request_id is not None:
-                    self._publish(change.request_id, change.event)
-            if len(changes) < 1000:
-                await anyio.sleep(POLL_SECONDS)
+        if not self._waiters and not self._listeners:
+            self._waiters_present = anyio.Event()
+            await self._waiters_present.wait()
+        changes = await self.store.changes_since(self._last_seq)
+        for change in changes:
+            self._last_seq = change.seq
+            if change.request_id is not None:
+                self._publish(change.request_id, change.event)
+        if len(changes) < 1000:
+            await anyio.sleep(POLL_SECONDS)
 
     def _publish(self, request_id: str, event: str) -> None:
         if event in WAKING_EVENTS:
@@ -264,7 +266,13 @@ class Broker:
                 remaining = seconds - elapsed
                 until_expiry = None if request.expires_at is None else request.expires_at - now()
                 if until_expiry is not None and until_expiry <= 0:
-                    return await self.expire(request_id)
+                    try:
+                        return await self.expire(request_id)
+                    except Exception as exc:  # the store is busy or failing: the sweep retries it
+                        log.warning(
+                            "hitl-mcp: expiring %s failed (%s); still waiting", request_id, reason(exc)
+                        )
+                        until_expiry = EXPIRY_RETRY_SECONDS
                 if remaining <= 0:
                     break
                 step = min(remaining, tick_seconds)

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 import anyio
 
 from hitl_mcp.channels.base import Channel, Delivery, DeliveryError
+from hitl_mcp.loops import forever, reason
 from hitl_mcp.models import now
 from hitl_mcp.store.base import DeliveryRow, Store
 
@@ -33,21 +34,41 @@ class Outbox:
         self.store = store
         self.channels = channels
         self._wake = anyio.Event()
+        self._attempts: anyio.abc.TaskGroup | None = None
 
     def kick(self) -> None:
         """Something was queued: look now instead of at the next poll."""
         self._wake.set()
 
+    async def run_once(self) -> None:
+        """Claim what is due and start an attempt on each; wait for more. One round of the loop
+        the broker keeps alive (``loops.forever``): attempts run on after the round returns."""
+        assert self._attempts is not None, "run_once runs inside run"
+        rows = await self.store.claim_deliveries(list(self.channels), now(), LEASE_SECONDS, 64)
+        for row in rows:
+            self._attempts.start_soon(self._attempt_logged, row)
+        if len(rows) < 64:
+            with anyio.move_on_after(POLL_SECONDS):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
-            while True:
-                rows = await self.store.claim_deliveries(list(self.channels), now(), LEASE_SECONDS, 64)
-                for row in rows:
-                    tg.start_soon(self.attempt, row)
-                if len(rows) < 64:
-                    with anyio.move_on_after(POLL_SECONDS):
-                        await self._wake.wait()
-                    self._wake = anyio.Event()
+            self._attempts = tg
+            await forever("the outbox", self.run_once)
+
+    async def _attempt_logged(self, row: DeliveryRow) -> None:
+        """An attempt whose bookkeeping failed (the store is locked) ends here: the row's lease runs
+        out and it is claimed again."""
+        try:
+            await self.attempt(row)
+        except Exception as exc:
+            log.warning(
+                "hitl-mcp: %s to %s not recorded (%s); retried after the lease",
+                row.action,
+                row.channel,
+                reason(exc),
+            )
 
     async def send_now(self, ids: Sequence[int]) -> list[DeliveryRow]:
         """Claim these rows and attempt each once, concurrently; returns their rows afterwards."""

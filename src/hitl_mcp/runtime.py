@@ -33,6 +33,7 @@ from hitl_mcp.host_forms import Linking
 from hitl_mcp.models import Kind
 from hitl_mcp.net import is_loopback
 from hitl_mcp.server import Settings, build_server
+from hitl_mcp.store.base import StoreError
 from hitl_mcp.web.auth import WebAuth, load_web_auth
 from hitl_mcp.web.links import RequestLinks
 
@@ -113,7 +114,7 @@ class Runtime:
         try:
             try:
                 await store.open()
-            except (OSError, sqlite3.Error) as exc:
+            except (OSError, sqlite3.Error, StoreError) as exc:
                 raise StoreUnavailable(
                     f"cannot keep requests: the database {store.path} failed: {exc}"
                 ) from exc

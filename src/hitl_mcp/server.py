@@ -39,6 +39,7 @@ from hitl_mcp.host_forms import (
 from hitl_mcp.hosts import host_budget
 from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json, client_identity
 from hitl_mcp.results import describe, format_duration, to_outcome
+from hitl_mcp.store.base import StoreError
 
 log = logging.getLogger("hitl_mcp.server")
 
@@ -201,7 +202,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         spec.owner = owner(ctx)
         try:
             request, _ = await broker.ask(spec)
-        except BrokerError as exc:
+        except (BrokerError, StoreError) as exc:
             raise ToolError(str(exc)) from None
         return await waited(ctx, request, wait_seconds)
 
@@ -321,7 +322,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         )
         try:
             return await broker.notify(spec)
-        except BrokerError as exc:
+        except (BrokerError, StoreError) as exc:
             raise ToolError(str(exc)) from None
 
     @mcp.tool(annotations=ToolAnnotations(title="Wait for a response", read_only_hint=True))

@@ -14,6 +14,11 @@ from hitl_mcp.audit import AuditRow, Verdict
 from hitl_mcp.models import Reply, Request, Status
 
 
+class StoreError(Exception):
+    """The database cannot do the work; the message says why in words for the agent and the log
+    (e.g. "the server cannot record requests: disk full")."""
+
+
 class KeyConflict(Exception):
     """An idempotency key the same client already used for a request that asked something else."""
 

@@ -25,7 +25,7 @@ import anyio.to_thread
 
 from hitl_mcp.audit import GENESIS, AuditRow, Verdict, row_hash, verify
 from hitl_mcp.models import Kind, Reply, Request, Status, now
-from hitl_mcp.store.base import Change, DeliveryRow, KeyConflict, ReplyRow, Settled
+from hitl_mcp.store.base import Change, DeliveryRow, KeyConflict, ReplyRow, Settled, StoreError
 
 T = TypeVar("T")
 
@@ -241,17 +241,20 @@ class SqliteStore:
         db = self._db
         if db is None:
             raise RuntimeError("the store is not open")
-        if not self._waiting.locked():
-            try:
-                return work(db)
-            except sqlite3.OperationalError as exc:
-                if not _busy(exc):
-                    raise
-        async with self._waiting:
-            db = self._db  # closed meanwhile?
-            if db is None:
-                raise RuntimeError("the store is not open")
-            return await anyio.to_thread.run_sync(_patiently, db, work, abandon_on_cancel=False)
+        try:
+            if not self._waiting.locked():
+                try:
+                    return work(db)
+                except sqlite3.OperationalError as exc:
+                    if not _busy(exc):
+                        raise
+            async with self._waiting:
+                db = self._db  # closed meanwhile?
+                if db is None:
+                    raise RuntimeError("the store is not open")
+                return await anyio.to_thread.run_sync(_patiently, db, work, abandon_on_cancel=False)
+        except sqlite3.OperationalError as exc:
+            raise _in_words(exc) from exc
 
     # --- audit -----------------------------------------------------------------------------
 
@@ -742,6 +745,23 @@ class SqliteStore:
 def _busy(exc: sqlite3.OperationalError) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _in_words(exc: sqlite3.OperationalError) -> Exception:
+    """SQLite's failures that an agent or operator can act on, said plainly; others unchanged."""
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    if code == sqlite3.SQLITE_FULL:
+        return StoreError("the server cannot record requests: disk full")
+    if _busy(exc):
+        return StoreError(
+            "the server cannot record requests now: another process has held the database's write lock "
+            f"for more than {BUSY_TIMEOUT_MS // 1000}s"
+        )
+    if code == sqlite3.SQLITE_READONLY:
+        return StoreError("the server cannot record requests: the database is read-only")
+    if code == sqlite3.SQLITE_IOERR:
+        return StoreError(f"the server cannot record requests: the disk failed ({exc})")
+    return exc
 
 
 def _patiently(db: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
