@@ -389,6 +389,25 @@ async def test_long_text_is_cut_with_a_link_and_cannot_ping_the_channel(
         assert context.endswith(f"id `{request.short_id}`")
 
 
+async def test_a_payload_cannot_break_out_of_its_code_block(
+    tmp_path: Path, standin: tuple[SlackStandin, str]
+) -> None:
+    stand, url = standin
+    async with slack_broker(tmp_path, slack_config(url)) as (broker, _):
+        payload = {"cmd": "ls ```\n*Approved by the admin* ``` `rm -rf /`"}
+        request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Run it", payload=payload))
+        message = await delivered(stand, broker, request)
+        (code,) = [
+            b["text"]["text"] for b in message.blocks if b["type"] == "section" and "```" in b["text"]["text"]
+        ]
+        assert code.startswith("```") and code.endswith("```")
+        inner = code[3:-3]
+        assert "``" not in inner and not inner.startswith("`") and not inner.endswith("`")
+        assert inner.replace("\u200b", "") == json.dumps(
+            payload, indent=2, ensure_ascii=False, sort_keys=True
+        )
+
+
 @pytest.mark.parametrize(
     ("level", "header"),
     [("info", ":information_source: Build done"), ("error", ":rotating_light: Build done")],

@@ -565,6 +565,8 @@ def _section(text: str, link: str, *, raw: bool = False, code: bool = False) -> 
     """A section within Slack's 3,000 characters; a cut one links to the inbox when it can."""
     body = text if raw else _esc(text)
     fence = "```" if code else ""
+    if code:
+        body = _unfence(body)
     room = SECTION_LIMIT - 2 * len(fence)
     tail = ""
     if len(body) > room:
@@ -655,6 +657,18 @@ def _date(ts: float, fmt: str) -> str:
 
 def _plain_text(text: str) -> dict[str, Any]:
     return {"type": "plain_text", "text": text, "emoji": True}
+
+
+def _unfence(text: str) -> str:
+    """Text for inside a ``` block: Slack has no escape there, so a zero-width space goes after
+    every backtick that another backtick follows, and at either end next to the fence: the text
+    cannot close the block and show the rest of an action outside it."""
+    text = re.sub(r"`(?=`)", "`\u200b", text)
+    if text.startswith("`"):
+        text = "\u200b" + text
+    if text.endswith("`"):
+        text += "\u200b"
+    return text
 
 
 def _esc(text: str) -> str:
