@@ -102,7 +102,8 @@ async def test_elicitation_handler_answers_a_question_and_a_deny(tmp_path: Path)
     asked, denied = seen["shown"]
     assert asked["requestedSchema"]["properties"]["choice"]["enum"] == ["red", "blue"]
     assert asked["message"].startswith("Which colour?")
-    assert denied["requestedSchema"]["properties"]["decision"]["enum"] == ["approve", "deny"]
+    # a high-risk approval: the host's form may deny it, never approve it (by default)
+    assert denied["requestedSchema"]["properties"]["decision"]["enum"] == ["deny"]
     assert "Drop the staging database" in denied["message"] and "Risk: high" in denied["message"]
 
 

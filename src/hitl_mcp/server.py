@@ -20,11 +20,12 @@ from typing import Annotated, Any, Literal
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.request_state import RequestStateSecurity
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from hitl_mcp import __version__
+from hitl_mcp import __version__, text_args
 from hitl_mcp.broker import AskSpec, Broker, BrokerError
 from hitl_mcp.host_forms import (
     FORM_ATTEMPTS,
@@ -126,9 +127,17 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
     if settings.state_dir is not None:
         key = request_state_key(settings.state_dir)
         security = RequestStateSecurity(keys=[key], ttl=REQUEST_STATE_TTL)
-    mcp = MCPServer(
-        "hitl-mcp", instructions=INSTRUCTIONS, version=__version__, request_state_security=security
-    )
+    tools: list[Tool] = []
+
+    def register(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Like ``@mcp.tool(...)``, with text arguments kept exactly as sent (``text_args``)."""
+
+        def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+            tools.append(text_args.tool(fn, **options))
+            return fn
+
+        return add
+
     forms = HostForms(settings.heartbeat_seconds, settings.linking)
 
     def owner(ctx: Context) -> str:
@@ -206,7 +215,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             raise ToolError(str(exc)) from None
         return await waited(ctx, request, wait_seconds)
 
-    @mcp.tool(
+    @register(
         annotations=ToolAnnotations(title="Ask the user", read_only_hint=False, open_world_hint=True),
     )
     async def ask_user(
@@ -252,7 +261,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         )
         return await asking(ctx, spec, wait_seconds)
 
-    @mcp.tool(
+    @register(
         annotations=ToolAnnotations(title="Request approval", read_only_hint=False, open_world_hint=True),
     )
     async def request_approval(
@@ -296,7 +305,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         )
         return await asking(ctx, spec, wait_seconds)
 
-    @mcp.tool(
+    @register(
         annotations=ToolAnnotations(title="Notify the user", read_only_hint=False, open_world_hint=True),
     )
     async def notify_user(
@@ -325,7 +334,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         except (BrokerError, StoreError) as exc:
             raise ToolError(str(exc)) from None
 
-    @mcp.tool(annotations=ToolAnnotations(title="Wait for a response", read_only_hint=True))
+    @register(annotations=ToolAnnotations(title="Wait for a response", read_only_hint=True))
     async def wait_for_response(
         request_id: RequestId,
         ctx: Context,
@@ -335,7 +344,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         "pending". Returns at once if it has been answered, expired or cancelled meanwhile."""
         return await waited(ctx, await mine(ctx, request_id), wait_seconds)
 
-    @mcp.tool(
+    @register(
         annotations=ToolAnnotations(title="Cancel a request", read_only_hint=False, destructive_hint=False),
     )
     async def cancel_request(
@@ -355,7 +364,13 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             raise ToolError(f"request_id: {exc}") from None
         return result(to_outcome(request, 0.0), request)
 
-    return mcp
+    return MCPServer(
+        "hitl-mcp",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        request_state_security=security,
+        tools=tools,
+    )
 
 
 def call_budget(ctx: Context, settings: Settings, wait_seconds: float | None) -> float:

@@ -50,6 +50,7 @@ def request_json(request: Request) -> dict[str, Any]:
         "payload_sha256": request.payload_sha256,
         "risk": request.risk,
         "level": request.level,
+        "default_answer": request.default_answer,
         "channels": request.channels,
         "client_name": request.client_name,
         "created_at": iso(request.created_at),
