@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from hitl_mcp.models import Kind, Outcome, Request, Status, iso, now
+from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, Status, iso, now
 
 
 def to_outcome(
-    request: Request, waited_seconds: float, undelivered: list[dict[str, str]] | None = None
+    request: Request,
+    waited_seconds: float,
+    undelivered: list[dict[str, str]] | None = None,
+    inbox_url: str | None = None,
 ) -> Outcome:
+    """``inbox_url``: where the person can answer in a browser, named in a pending ``next_step``."""
     return Outcome(
         request_id=request.id,
         status=request.status,
@@ -21,7 +25,7 @@ def to_outcome(
         asked_at=iso(request.created_at) or "",
         answered_at=iso(request.closed_at),
         waited_seconds=round(waited_seconds, 3),
-        next_step=next_step(request, undelivered),
+        next_step=next_step(request, undelivered, inbox_url),
     )
 
 
@@ -32,7 +36,9 @@ def _approved(request: Request) -> bool | None:
     return request.status == Status.ANSWERED and bool(request.approved)
 
 
-def next_step(request: Request, undelivered: list[dict[str, str]] | None = None) -> str:
+def next_step(
+    request: Request, undelivered: list[dict[str, str]] | None = None, inbox_url: str | None = None
+) -> str:
     rid = request.id
     if request.status == Status.PENDING and undelivered:
         failures = "; ".join(f"{u['channel']}: {u['error']}" for u in undelivered)
@@ -41,9 +47,12 @@ def next_step(request: Request, undelivered: list[dict[str, str]] | None = None)
             f"call cancel_request with request_id '{rid}' and try other channels, or tell the user."
         )
     if request.status == Status.PENDING:
+        where = ""
+        if inbox_url:
+            where = f" If the person asks where to answer: {inbox_url.rstrip('/')}/requests/{rid}."
         return (
             f"No reply yet; this is normal. Call wait_for_response with request_id '{rid}' to keep waiting. "
-            "Do not ask again: the person already has the request."
+            f"Do not ask again: the person already has the request.{where}"
         )
     if request.status == Status.CANCELLED:
         return "The request was withdrawn; no answer will come. Do not act on it."
@@ -89,6 +98,13 @@ def describe(outcome: Outcome, request: Request) -> str:
     else:
         head = f"Request {request.id} was cancelled.{comment}"
     return f"{head}\nNext step: {outcome.next_step}"
+
+
+def describe_notification(result: NotifyResult) -> str:
+    """``notify_user``'s outcome in a sentence."""
+    sent = f"Delivered via {', '.join(result.delivered)}." if result.delivered else "Not delivered anywhere."
+    failed = "; ".join(f"{f['channel']}: {f['error']}" for f in result.failed)
+    return sent + (f" Failed: {failed}." if failed else "")
 
 
 def format_duration(seconds: float) -> str:

@@ -25,7 +25,7 @@ from mcp.server.request_state import RequestStateSecurity
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from hitl_mcp import __version__, text_args
+from hitl_mcp import __version__, tool_args
 from hitl_mcp.broker import AskSpec, Broker, BrokerError
 from hitl_mcp.host_forms import (
     FORM_ATTEMPTS,
@@ -39,7 +39,7 @@ from hitl_mcp.host_forms import (
 )
 from hitl_mcp.hosts import host_budget
 from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json, client_identity
-from hitl_mcp.results import describe, format_duration, to_outcome
+from hitl_mcp.results import describe, describe_notification, format_duration, to_outcome
 from hitl_mcp.store.base import StoreError
 
 log = logging.getLogger("hitl_mcp.server")
@@ -130,15 +130,16 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
     tools: list[Tool] = []
 
     def register(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Like ``@mcp.tool(...)``, with text arguments kept exactly as sent (``text_args``)."""
+        """Like ``@mcp.tool(...)``, with text arguments kept exactly as sent (``tool_args``)."""
 
         def add(fn: Callable[..., Any]) -> Callable[..., Any]:
-            tools.append(text_args.tool(fn, **options))
+            tools.append(tool_args.tool(fn, **options))
             return fn
 
         return add
 
     forms = HostForms(settings.heartbeat_seconds, settings.linking)
+    inbox_url = settings.linking.inbox_url if settings.linking is not None else None
 
     def owner(ctx: Context) -> str:
         return client_identity(client_name(ctx), settings.agent)
@@ -178,7 +179,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
 
         async def tick(elapsed: float) -> None:
             await ctx.report_progress(
-                elapsed, None, f"waiting for a reply via {via} — {format_duration(elapsed)}"
+                float(round(elapsed)), None, f"waiting for a reply via {via} — {format_duration(elapsed)}"
             )
 
         started = anyio.current_time()
@@ -195,7 +196,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             raise
         if request.is_open and not undelivered:
             undelivered = await broker.undelivered(request.id)
-        outcome = to_outcome(request, anyio.current_time() - started, undelivered)
+        outcome = to_outcome(request, anyio.current_time() - started, undelivered, inbox_url)
         return result(outcome, request)
 
     async def asking(ctx: Context, spec: AskSpec, wait_seconds: float | None) -> Waited:
@@ -316,7 +317,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             Literal["info", "success", "warning", "error"], Field(description="How it should look.")
         ] = "info",
         channels: ChannelList = None,
-    ) -> NotifyResult:
+    ) -> Annotated[CallToolResult, NotifyResult]:
         """Tell the person something; does not wait for a reply. Reports which channels took it."""
         broker = await get_broker()
         spec = AskSpec(
@@ -330,9 +331,13 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             owner=owner(ctx),
         )
         try:
-            return await broker.notify(spec)
+            sent = await broker.notify(spec)
         except (BrokerError, StoreError) as exc:
             raise ToolError(str(exc)) from None
+        return CallToolResult(
+            content=[TextContent(type="text", text=describe_notification(sent))],
+            structured_content=sent.model_dump(mode="json"),
+        )
 
     @register(annotations=ToolAnnotations(title="Wait for a response", read_only_hint=True))
     async def wait_for_response(
