@@ -264,6 +264,38 @@ async def test_without_the_capability_the_form_is_skipped_and_logged_once(
         assert reply.status_code == 200
 
 
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_form_the_client_cannot_show_is_left_out_of_what_everyone_reads(
+    state_dir: Path, mode: str
+) -> None:
+    ticks: list[str | None] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        ticks.append(message)
+
+    async with (
+        running(state_dir, form_config()) as rt,
+        Client(rt.build_mcp(), mode=mode) as client,  # no elicitation capability
+        api_client(rt) as api,
+    ):
+        result = await client.call_tool(
+            "ask_user", {"question": "Which?", "wait_seconds": 1}, progress_callback=on_progress
+        )
+        out = sc(result)
+        text = " ".join(getattr(c, "text", "") for c in result.content)
+        assert "sent via web)" in text and "elicitation" not in text
+        assert ticks and all(t and "elicitation" not in t for t in ticks)
+        shown = (await api.get(f"/api/requests/{out['request_id']}")).json()
+        assert shown["channels"] == ["web"]
+        broker = await rt.broker()
+        (skipped,) = [r for r in await broker.store.audit(out["request_id"]) if r.event == "channel_skipped"]
+        assert skipped.data == {
+            "channel": "elicitation",
+            "reason": "skipped: the MCP client does not support forms or links (no elicitation capability)",
+        }
+        assert [d.channel for d in await broker.store.deliveries(out["request_id"])] == ["web"]
+
+
 async def test_no_form_when_the_call_may_not_wait(state_dir: Path) -> None:
     host = Host()
     async with (

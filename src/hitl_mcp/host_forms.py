@@ -151,6 +151,19 @@ class HostForms:
             return None, "this connection cannot carry a form (stateless or JSON-response HTTP)"
         return mode, None
 
+    def unshowable(self, ctx: Context, broker: Broker, names: list[str]) -> dict[str, str]:
+        """The elicitation channels among ``names`` this call's client cannot show, with why."""
+        skipped: dict[str, str] = {}
+        for name in names:
+            channel = broker.channels.get(name)
+            if channel is None or channel.type != elicitation.Channel.type:
+                continue
+            mode, reason = self.choose(ctx, getattr(channel.config, "mode", "auto"))
+            if mode is None:
+                self._tell(ctx, reason or "")
+                skipped[name] = f"skipped: {reason}"
+        return skipped
+
     async def offer(self, ctx: Context, broker: Broker, request: Request, budget: float) -> Offer:
         channel = self.channel_of(broker, request)
         if channel is None or not request.is_open:

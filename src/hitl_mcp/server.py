@@ -211,9 +211,20 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         spec.client_name = client_name(ctx)
         spec.owner = owner(ctx)
         try:
-            request, _ = await broker.ask(spec)
+            # the host's form where this client cannot show it is left out (and said so in the trail),
+            # unless it is all there is: then the call says nobody can be reached
+            chosen = broker.check_channels(spec.kind, spec.channels, spec.risk)
+            skipped = forms.unshowable(ctx, broker, chosen)
+            if skipped and len(skipped) < len(chosen):
+                spec.channels = [name for name in chosen if name not in skipped]
+            request, created = await broker.ask(spec)
         except (BrokerError, StoreError) as exc:
             raise ToolError(str(exc)) from None
+        if created and spec.channels != chosen:
+            for name, why in skipped.items():
+                await broker.record(
+                    request.id, "channel_skipped", spec.client_name, {"channel": name, "reason": why}
+                )
         return await waited(ctx, request, wait_seconds)
 
     @register(
