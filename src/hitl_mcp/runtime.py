@@ -167,16 +167,26 @@ class Runtime:
                 routes.append(Mount(f"/webhooks/{alias}", routes=lazy))
         return routes
 
-    def http_app(self, mcp: MCPServer | None, transport: Transport, host: str) -> Starlette:
+    def http_app(
+        self, mcp: MCPServer | None, transport: Transport, host: str, port: int | None = None
+    ) -> Starlette:
+        """The one HTTP app. ``port`` is the bound port: on loopback, the Host and Origin a request
+        may name (None, for an app served in process without a socket: any port of those names)."""
+        from mcp.server.transport_security import TransportSecuritySettings
+
         from hitl_mcp.web.api import api_routes, healthz
         from hitl_mcp.web.limits import BodyLimit
+        from hitl_mcp.web.rebinding import Allowed, HostCheck
 
         routes: list[BaseRoute] = [Route("/healthz", healthz, methods=["GET"])]
         routes += api_routes(self.broker, self.auth, self.web_channel)
         routes += self.channel_routes()
         lifespan = None
+        # on loopback, HostCheck (below) checks Host and Origin for every route, MCP's included, with
+        # the bound port and public_url: the SDK's own check (three fixed names, any port) stands aside
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         if mcp is not None and transport == "http":
-            inner = mcp.streamable_http_app(host=host)
+            inner = mcp.streamable_http_app(host=host, transport_security=security)
             routes += [_guard(r, self.auth, host) for r in inner.routes]
 
             @contextlib.asynccontextmanager
@@ -185,10 +195,12 @@ class Runtime:
                     yield
 
         elif mcp is not None and transport == "sse":
-            inner = mcp.sse_app(host=host)
+            inner = mcp.sse_app(host=host, transport_security=security)
             routes += [_guard(r, self.auth, host) for r in inner.routes]
         app = Starlette(routes=routes, lifespan=lifespan)
         app.add_middleware(BodyLimit, max_bytes=self.config.server.http.max_body_bytes)
+        if is_loopback(host):  # added last: it runs first
+            app.add_middleware(HostCheck, allowed=Allowed.for_bind(host, port, self.config.server.public_url))
         return app
 
 
@@ -314,7 +326,8 @@ async def _serve(
     if transport != "stdio":
         assert sock is not None
         _announce(runtime, transport, url)
-        http = HttpServer(runtime.http_app(mcp, transport, host), sock)
+        port = sock.getsockname()[1]
+        http = HttpServer(runtime.http_app(mcp, transport, host, port), sock)
         _settle_heap()
         async with anyio.create_task_group() as tg:
             tg.start_soon(runtime.run)
@@ -337,7 +350,8 @@ async def _serve(
             tg.start_soon(runtime.run)
             if sock is not None:
                 _announce(runtime, transport, url)
-                http_server = HttpServer(runtime.http_app(None, transport, host), sock)
+                port = sock.getsockname()[1]
+                http_server = HttpServer(runtime.http_app(None, transport, host, port), sock)
                 await http_server.run()
         finally:
             http_done.set()
