@@ -59,7 +59,9 @@ async def test_login_sets_cookie_and_cookie_alone_cannot_write(state_dir: Path) 
             rid = await ask(rt)
             assert (await web.post(f"/api/requests/{rid}/reply", json={"text": "x"})).status_code == 401
             ok = await web.post(
-                f"/api/requests/{rid}/reply", json={"text": "x"}, headers={"X-CSRF-Token": rt.auth.csrf_token}
+                f"/api/requests/{rid}/reply",
+                json={"text": "x"},
+                headers={"X-CSRF-Token": rt.auth.csrf_for(web.cookies["hitl_session"])},
             )
             assert ok.status_code == 200
 

@@ -11,6 +11,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -122,8 +123,10 @@ async def test_login_link_sets_a_strict_http_only_cookie_and_drops_the_token(
         assert page.url == f"{inbox.url}/"
         assert TOKEN not in page.url
         cookies = {c["name"]: c for c in await ctx.cookies()}
-        session = cookies["hitl_session"]
+        port = inbox.url.rsplit(":", 1)[1]
+        session = cookies[f"hitl_session_{port}"]  # cookies ignore ports: the name does not
         assert session["httpOnly"] and session["sameSite"] == "Strict" and TOKEN not in session["value"]
+        assert session["path"] == "/" and 0 < session["expires"] - time.time() <= 12 * 3600
         assert await page.evaluate("document.cookie") == ""  # script cannot read it
         await expect(page.get_by_role("heading", name="Waiting for you")).to_be_visible()
         await expect(page.get_by_text("Nothing is waiting for you.")).to_be_visible()

@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--json", action="store_true", help="print JSON")
 
+    p = command("logout", cmd_logout, "sign out of the web inbox: end inbox sessions")
+    common(p)
+    p.add_argument("--all", action="store_true", help="end every inbox session (required)")
+
     p = command("audit", cmd_audit_verify, "check the audit log")
     common(p)
     p.add_argument("action", choices=["verify"])
@@ -332,6 +336,20 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 def cmd_deny(args: argparse.Namespace) -> int:
     return _resolve_cmd(args, decision="deny", comment=args.comment)
+
+
+def cmd_logout(args: argparse.Namespace) -> int:
+    if not args.all:
+        print("hitl-mcp: say which sessions: --all ends every inbox session", file=sys.stderr)
+        return 2
+
+    async def go() -> int:
+        async with _broker(args) as broker:
+            ended = await broker.store.end_sessions()
+        print(f"ended {ended} inbox session{'' if ended == 1 else 's'}; sign in again with the login link")
+        return 0
+
+    return _run(go)
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ from hitl_mcp.host_forms import Linking
 from hitl_mcp.models import Kind
 from hitl_mcp.net import is_loopback
 from hitl_mcp.server import Settings, build_server
-from hitl_mcp.web.auth import WebAuth, load_web_auth
+from hitl_mcp.web.auth import DEFAULT_SESSION_TTL, TokenFileUnsafe, WebAuth, load_web_auth
 from hitl_mcp.web.links import RequestLinks
 
 # imported when first needed, so that over stdio `initialize` is answered before they load
@@ -78,8 +78,15 @@ class Runtime:
         """Set when something first needs the broker: over stdio, the side work starts no later."""
         web = [name for name, ch in config.channels.items() if ch.type == "web"]
         self.web_channel = web[0] if web else "api"
-        token = getattr(config.channels[web[0]], "token", None) if web else None
-        self.auth: WebAuth = load_web_auth(token.get_secret_value() if token else None, state_dir)
+        web_config = config.channels[web[0]] if web else None
+        token = getattr(web_config, "token", None)
+        ttl = getattr(web_config, "session_ttl", DEFAULT_SESSION_TTL)
+        try:
+            self.auth: WebAuth = load_web_auth(
+                token.get_secret_value() if token else None, state_dir, session_ttl=ttl
+            )
+        except TokenFileUnsafe as exc:
+            raise ConfigRefused(str(exc)) from None
         self.inbox_url: str | None = config.server.public_url
         """Where a person's browser reaches the inbox: ``server.public_url``, else where we listen."""
 

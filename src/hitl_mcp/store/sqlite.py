@@ -145,6 +145,16 @@ MIGRATIONS: list[str] = [
     """
     DROP INDEX deliveries_request;
     """,
+    # 6 (appended after 4 on the web branch; 5 is the audit branch's): inbox sessions, kept by the
+    # SHA-256 of their random id (the cookie's value, never stored), each with its expiry
+    """
+    CREATE TABLE web_sessions (
+        digest TEXT PRIMARY KEY,
+        created_at REAL NOT NULL,
+        expires_at REAL NOT NULL
+    );
+    CREATE INDEX web_sessions_expiry ON web_sessions(expires_at);
+    """,
 ]
 
 SETTLING_EVENTS = ("answered", "expired", "cancelled")
@@ -709,6 +719,41 @@ class SqliteStore:
                     (channel, external_id, now()),
                 )
                 return cursor.rowcount == 1
+
+        return await self._run(work)
+
+    # --- inbox sessions ----------------------------------------------------------------------
+
+    async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
+        at = now()
+
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                db.execute("DELETE FROM web_sessions WHERE expires_at <= ? OR digest = ?", (at, replaces))
+                db.execute(
+                    "INSERT INTO web_sessions (digest, created_at, expires_at) VALUES (?, ?, ?)",
+                    (digest, at, expires_at),
+                )
+
+        return await self._run(work)
+
+    async def session_alive(self, digest: str) -> bool:
+        at = now()
+
+        def work(db: sqlite3.Connection) -> Any:
+            row = db.execute(
+                "SELECT 1 FROM web_sessions WHERE digest = ? AND expires_at > ?", (digest, at)
+            ).fetchone()
+            return row is not None
+
+        return await self._run(work)
+
+    async def end_sessions(self, digest: str | None = None) -> int:
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                if digest is None:
+                    return db.execute("DELETE FROM web_sessions").rowcount
+                return db.execute("DELETE FROM web_sessions WHERE digest = ?", (digest,)).rowcount
 
         return await self._run(work)
 

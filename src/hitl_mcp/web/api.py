@@ -25,6 +25,8 @@ from hitl_mcp.web import MAX_BODY, REPLY_FIELDS, WEB_RESPONDER
 from hitl_mcp.web.auth import WebAuth
 from hitl_mcp.web.events import event_routes
 from hitl_mcp.web.pages import page_routes
+from hitl_mcp.web.sessions import Sessions
+from hitl_mcp.web.signin import signin_routes
 
 __all__ = ["MAX_BODY", "REPLY_FIELDS", "WEB_RESPONDER", "api_routes", "error", "healthz", "request_json"]
 
@@ -61,17 +63,19 @@ def request_json(request: Request) -> dict[str, Any]:
 
 
 def api_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[BaseRoute]:
-    """The JSON API, the inbox pages, ``/events`` and the static shell."""
+    """The JSON API, the inbox pages, sign-in, ``/events`` and the static shell."""
+    sessions = Sessions(auth, get_broker)
     return (
-        json_routes(get_broker, auth, web_channel)
-        + page_routes(get_broker, auth, web_channel)
-        + event_routes(get_broker, auth)
+        json_routes(get_broker, sessions, web_channel)
+        + signin_routes(get_broker, sessions)
+        + page_routes(get_broker, sessions, web_channel)
+        + event_routes(get_broker, sessions)
     )
 
 
-def json_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[BaseRoute]:
+def json_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> list[BaseRoute]:
     async def list_requests(http: HttpRequest) -> Response:
-        if not auth.can_read(http):
+        if await sessions.read(http) is None:
             return error(401, "missing or wrong web token")
         status_arg = http.query_params.get("status")
         status = None
@@ -92,7 +96,7 @@ def json_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
         return JSONResponse({"requests": [request_json(r) for r in requests]})
 
     async def show_request(http: HttpRequest) -> Response:
-        if not auth.can_read(http):
+        if await sessions.read(http) is None:
             return error(401, "missing or wrong web token")
         broker = await get_broker()
         request = await broker.get(http.path_params["id"])
@@ -131,7 +135,9 @@ def json_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
         return JSONResponse(data)
 
     async def reply(http: HttpRequest) -> Response:
-        if not auth.can_write(http):
+        access = await sessions.read(http)
+        if access is None or not access.csrf_ok(http.headers.get("x-csrf-token")):
+            # a cookie alone changes nothing: a page on another site could have made the browser send it
             return error(401, "missing or wrong web token")
         body = await http.body()
         if len(body) > MAX_BODY:
