@@ -392,21 +392,34 @@ class SqliteStore:
         return await self._run(work)
 
     async def list(
-        self, status: Status | None = None, limit: int = 100, before: float | None = None
+        self, status: Status | None = None, limit: int = 100, before: str | None = None
     ) -> list[Request]:
-        sql = "SELECT * FROM requests WHERE 1 = 1"
-        args: list[Any] = []
+        where, args = _filter(status, before)
+        sql = f"SELECT * FROM requests WHERE {where} ORDER BY created_at DESC, id DESC LIMIT ?"
+
+        def work(db: sqlite3.Connection) -> Any:
+            return [_request(r) for r in db.execute(sql, (*args, limit)).fetchall()]
+
+        return await self._run(work)
+
+    async def count(self, status: Status | None = None, before: str | None = None) -> int:
+        where, args = _filter(status, before)
+
+        def work(db: sqlite3.Connection) -> Any:
+            return db.execute(f"SELECT COUNT(*) FROM requests WHERE {where}", args).fetchone()[0]
+
+        return await self._run(work)
+
+    async def ids_starting(self, prefix: str, status: Status | None = None, limit: int = 2) -> list[str]:
+        # a range on the primary key: every id that starts with the prefix sorts between these two
+        sql = "SELECT id FROM requests WHERE id >= ? AND id < ?"
+        args: list[Any] = [prefix, prefix + "\U0010ffff"]
         if status is not None:
             sql += " AND status = ?"
             args.append(status.value)
-        if before is not None:
-            sql += " AND created_at < ?"
-            args.append(before)
-        sql += " ORDER BY created_at DESC LIMIT ?"
-        args.append(limit)
 
         def work(db: sqlite3.Connection) -> Any:
-            return [_request(r) for r in db.execute(sql, args).fetchall()]
+            return [r[0] for r in db.execute(sql + " ORDER BY id LIMIT ?", (*args, limit)).fetchall()]
 
         return await self._run(work)
 
@@ -797,6 +810,19 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
         if db.in_transaction:  # never leave the connection inside a transaction (and its lock held)
             db.execute("ROLLBACK")
         raise
+
+
+def _filter(status: Status | None, before: str | None) -> tuple[str, list[Any]]:
+    """The WHERE of a listing: newest first by ``(created_at, id)``, so ``before`` (the last id of
+    the previous page) is a keyset cursor that neither skips nor repeats a row."""
+    where, args = ["1 = 1"], []
+    if status is not None:
+        where.append("status = ?")
+        args.append(status.value)
+    if before is not None:
+        where.append("(created_at, id) < (SELECT created_at, id FROM requests WHERE id = ?)")
+        args.append(before)
+    return " AND ".join(where), args
 
 
 def _split_sql(script: str) -> list[str]:

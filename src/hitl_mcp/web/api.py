@@ -1,10 +1,12 @@
 """The JSON API, and ``api_routes``: every route of the web surface (API, inbox pages, events).
 
-``GET /api/requests``, ``GET /api/requests/{id}``, ``POST /api/requests/{id}/reply``; the pages
-(``/``, ``/login``, ``/requests/{id}``, ``/history``...) are in ``pages.py`` and ``/events`` in
-``events.py``. Every route but ``/healthz`` and the static shell needs the web token; a request
-without it changes nothing. Status codes: 401 no credentials, 404 unknown id, 409 no longer pending
-(the body says who answered, how and when), 422 a reply that does not fit the request.
+``GET /api/requests?status=&before=&limit=`` (newest first, keyset-paginated: pass an answer's
+``next`` as ``before`` for the page after it), ``GET /api/requests/{id}``,
+``POST /api/requests/{id}/reply``; the pages (``/``, ``/requests/{id}``, ``/history``...) are in
+``pages.py``, sign-in in ``signin.py`` and ``/events`` in ``events.py``. Every route but ``/healthz``
+and the static shell needs the web token; a request without it changes nothing. Status codes: 401 no
+credentials, 404 unknown id, 409 no longer pending (the body says who answered, how and when), 422 a
+reply that does not fit the request, 400 a body that is not JSON (or nested too deep to read).
 """
 
 from __future__ import annotations
@@ -91,9 +93,16 @@ def json_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> 
             return error(422, "limit must be a whole number")
         if not 1 <= limit <= 1000:
             return error(422, "limit must be between 1 and 1000")
+        before = http.query_params.get("before") or None
         broker = await get_broker()
-        requests = await broker.store.list(status, limit)
-        return JSONResponse({"requests": [request_json(r) for r in requests]})
+        if before is not None and (len(before) > 64 or await broker.get(before) is None):
+            return error(422, "before must be the next value of a previous page (a request id)")
+        page = await broker.store.list(status, limit + 1, before)
+        more = len(page) > limit
+        page = page[:limit]
+        return JSONResponse(
+            {"requests": [request_json(r) for r in page], "next": page[-1].id if more else None}
+        )
 
     async def show_request(http: HttpRequest) -> Response:
         if await sessions.read(http) is None:

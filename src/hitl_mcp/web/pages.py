@@ -44,7 +44,8 @@ from hitl_mcp.web.views import (
 GetBroker = Callable[[], Awaitable[Broker]]
 
 STATIC_DIR = Path(__file__).parent / "static"
-PENDING_LIMIT = 500
+#: pending requests on one page of the inbox; the rest are a link away ("n more")
+PENDING_PAGE = 200
 NOTIFICATION_SCAN = 100
 NOTIFICATION_LIMIT = 30
 HISTORY_SCAN = 2000
@@ -181,7 +182,7 @@ def page_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> 
         }
 
     async def pending_count(broker: Broker) -> int:
-        return len(await broker.store.list(Status.PENDING, PENDING_LIMIT))
+        return await broker.store.count(Status.PENDING)
 
     async def problem(
         http: HttpRequest, status: int, title: str, message: str, request_id: str | None = None
@@ -202,7 +203,15 @@ def page_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> 
         if await sessions.read(http) is None:
             return signed_out(http)
         broker = await get_broker()
-        pending = await broker.store.list(Status.PENDING, PENDING_LIMIT)
+        before = http.query_params.get("before") or None
+        if before is not None and (len(before) > 64 or await broker.get(before) is None):
+            return await problem(
+                http, 404, "Not found", "There is no such page of the inbox: its link names no request."
+            )
+        # newest first, a page at a time; "before" is the last request of the page before
+        pending = await broker.store.list(Status.PENDING, PENDING_PAGE + 1, before)
+        more = len(pending) > PENDING_PAGE
+        pending = pending[:PENDING_PAGE]
         answered = None
         answered_id = http.query_params.get("answered")
         if answered_id:
@@ -210,9 +219,12 @@ def page_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> 
         return render(
             "inbox.html",
             groups=agent_groups(pending),
+            next_page=pending[-1].id if more else None,
+            more=await broker.store.count(Status.PENDING, pending[-1].id) if more else 0,
+            paged=before is not None,
             notifications=await notification_feed(broker),
             answered=answered,
-            **base_context(http, len(pending), "inbox"),
+            **base_context(http, await pending_count(broker), "inbox"),
         )
 
     async def request_page(
@@ -354,9 +366,7 @@ def page_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> 
             key=lambda r: r.closed_at or r.created_at,
             reverse=True,
         )
-        pending = sum(1 for r in scanned if r.status == Status.PENDING)
-        if len(scanned) >= HISTORY_SCAN:
-            pending = await pending_count(broker)
+        pending = await pending_count(broker)
         return render(
             "history.html",
             rows=rows[:HISTORY_LIMIT],
