@@ -263,6 +263,12 @@ async def test_bad_bodies_are_refused(state_dir: Path) -> None:
         assert r.status_code == 422
         r = await web.post(path, data=form(csrf(rt, web), decision="maybe"))
         assert r.status_code == 422
+        token = csrf(rt, web).encode()
+        for bad in (b"text=caf%E9", b"text=%FF%FE", b"text=caf\xe9", b"text=ok&comment=%C3"):  # not UTF-8
+            r = await web.post(
+                path, content=bad + b"&csrf=" + token, headers={**FORM, "Accept": "application/json"}
+            )
+            assert r.status_code == 400 and "UTF-8" in r.json()["error"], bad
         assert await status_of(rt, request.id) == (Status.PENDING, 0)
         assert (
             await web.post("/requests/nope/answer", data=form(csrf(rt, web), text="x"))

@@ -155,6 +155,8 @@ def json_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> 
             data = json.loads(body or b"null")
         except (ValueError, UnicodeDecodeError):
             return error(400, "the body is not valid JSON")
+        except RecursionError:
+            return error(400, "the body is JSON nested too deeply; a reply is one flat object")
         if not isinstance(data, dict):
             return error(422, 'the body must be a JSON object such as {"text": "..."}')
         unknown = sorted(set(data) - set(REPLY_FIELDS))

@@ -133,9 +133,13 @@ async def read_form(http: HttpRequest) -> tuple[dict[str, str] | None, tuple[int
     ctype = http.headers.get("content-type", "").split(";")[0].strip().lower()
     if body and ctype != "application/x-www-form-urlencoded":
         return None, (415, "Send the form as application/x-www-form-urlencoded.")
-    try:
-        pairs = parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=20, strict_parsing=False)
-    except (UnicodeDecodeError, ValueError):
+    try:  # strict: bytes that are not UTF-8, raw or %-encoded, are refused rather than replaced
+        pairs = parse_qsl(
+            body.decode(), keep_blank_values=True, max_num_fields=20, encoding="utf-8", errors="strict"
+        )
+    except UnicodeDecodeError:
+        return None, (400, "The form is not valid UTF-8 text.")
+    except ValueError:
         return None, (400, "The form could not be read.")
     return dict(pairs), None
 
