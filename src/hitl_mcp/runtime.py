@@ -34,6 +34,7 @@ from hitl_mcp.models import Kind
 from hitl_mcp.net import is_loopback
 from hitl_mcp.server import Settings, build_server
 from hitl_mcp.web.auth import DEFAULT_SESSION_TTL, TokenFileUnsafe, WebAuth, load_web_auth
+from hitl_mcp.web.deadline import DEFAULT_HEADER_TIMEOUT, with_header_deadline
 from hitl_mcp.web.links import RequestLinks
 
 # imported when first needed, so that over stdio `initialize` is answered before they load
@@ -272,11 +273,18 @@ def bind(host: str, port: int) -> socket.socket | None:
 class HttpServer:
     """uvicorn on a socket we bound; ``stop`` ends it gracefully (no cancellation tracebacks)."""
 
-    def __init__(self, app: Starlette, sock: socket.socket) -> None:
+    def __init__(
+        self, app: Starlette, sock: socket.socket, header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    ) -> None:
         import uvicorn
 
         config = uvicorn.Config(
-            app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=2
+            app,
+            http=with_header_deadline(header_timeout),  # a client that never ends its headers is cut off
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=2,
         )
         self.server = uvicorn.Server(config)
         self.sock = sock
@@ -334,7 +342,8 @@ async def _serve(
         assert sock is not None
         _announce(runtime, transport, url)
         port = sock.getsockname()[1]
-        http = HttpServer(runtime.http_app(mcp, transport, host, port), sock)
+        app = runtime.http_app(mcp, transport, host, port)
+        http = HttpServer(app, sock, runtime.config.server.http.header_timeout)
         _settle_heap()
         async with anyio.create_task_group() as tg:
             tg.start_soon(runtime.run)
@@ -358,7 +367,8 @@ async def _serve(
             if sock is not None:
                 _announce(runtime, transport, url)
                 port = sock.getsockname()[1]
-                http_server = HttpServer(runtime.http_app(None, transport, host, port), sock)
+                app = runtime.http_app(None, transport, host, port)
+                http_server = HttpServer(app, sock, runtime.config.server.http.header_timeout)
                 await http_server.run()
         finally:
             http_done.set()
