@@ -8,6 +8,7 @@ be able to answer its own request).
 
 from __future__ import annotations
 
+import html
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request as HttpRequest
@@ -18,7 +19,7 @@ from hitl_mcp.broker import Broker
 from hitl_mcp.models import now
 from hitl_mcp.web import WEB_RESPONDER
 from hitl_mcp.web.links import LINK_PATH, SPENT, RequestLinks
-from hitl_mcp.web.pages import render, safe_next, signed_out
+from hitl_mcp.web.pages import PAGE_HEADERS, render, safe_next, signed_out
 from hitl_mcp.web.sessions import Sessions
 
 GetBroker = Callable[[], Awaitable[Broker]]
@@ -51,6 +52,8 @@ def signin_routes(get_broker: GetBroker, sessions: Sessions) -> list[BaseRoute]:
         if link.expired:
             return _link_problem(410, "Link expired", "This link has expired.")
         if await sessions.read(http) is None:  # not spent: it works once signed in
+            if http.headers.get("sec-fetch-site") == "cross-site":
+                return _from_our_origin(http.url.path)
             return signed_out(http, then=f"/link/{token}")
         broker = await get_broker()
         if await broker.get(link.request_id) is None:
@@ -67,6 +70,19 @@ def signin_routes(get_broker: GetBroker, sessions: Sessions) -> list[BaseRoute]:
         Route("/login", login, methods=["GET"]),
         Route(LINK_PATH, open_link, methods=["GET"]),
     ]
+
+
+def _from_our_origin(path: str) -> HTMLResponse:
+    """A click on another site's page does not carry the SameSite=Strict session cookie: load the
+    link once more from this page, our own origin, where the browser sends it. Still signed out
+    there (``Sec-Fetch-Site: same-origin``), the link asks to sign in."""
+    target = html.escape(path, quote=True)
+    body = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="refresh" content="0;url={target}"><title>Opening… · hitl-mcp</title></head>'
+        f'<body><p><a href="{target}">Open the request in the inbox</a></p></body></html>'
+    )
+    return HTMLResponse(body, headers=PAGE_HEADERS)
 
 
 def _link_problem(status: int, title: str, message: str) -> HTMLResponse:
