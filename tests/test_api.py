@@ -59,7 +59,9 @@ async def test_login_sets_cookie_and_cookie_alone_cannot_write(state_dir: Path) 
             rid = await ask(rt)
             assert (await web.post(f"/api/requests/{rid}/reply", json={"text": "x"})).status_code == 401
             ok = await web.post(
-                f"/api/requests/{rid}/reply", json={"text": "x"}, headers={"X-CSRF-Token": rt.auth.csrf_token}
+                f"/api/requests/{rid}/reply",
+                json={"text": "x"},
+                headers={"X-CSRF-Token": rt.auth.csrf_for(web.cookies["hitl_session"])},
             )
             assert ok.status_code == 200
 
@@ -145,6 +147,18 @@ async def test_malformed_and_oversized_bodies(state_dir: Path) -> None:
         assert r.status_code == 413
         request = await (await rt.broker()).get(rid)
         assert request is not None and request.status == Status.PENDING
+
+
+@pytest.mark.parametrize("opener", ["[", '{"a":'])
+async def test_deeply_nested_json_is_a_400_not_a_crash(state_dir: Path, opener: str) -> None:
+    async with running(state_dir) as rt, api_client(rt) as api:
+        rid = await ask(rt)
+        depth = 30_000 // len(opener)  # both ends: under the 64 KiB the reply route reads
+        closer = "]" if opener == "[" else "}"
+        body = (opener * depth + "1" + closer * depth).encode()
+        r = await api.post(f"/api/requests/{rid}/reply", content=body)
+        assert r.status_code == 400 and "nested too deeply" in r.json()["error"]
+        assert await (await rt.broker()).store.replies(rid) == []
 
 
 async def test_bodies_over_the_configured_limit_are_refused_before_parsing(state_dir: Path) -> None:

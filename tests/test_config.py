@@ -180,7 +180,8 @@ def test_errors_from_a_file_name_the_file_and_line(tmp_path: Path) -> None:
         load_config(path)
     e = info.value
     assert (e.file, e.line, e.key) == (str(path), 3, "server.http.prot")
-    assert str(e) == f"{path}:3: server.http.prot: unknown key 'prot'; valid keys: host, port, max_body_bytes"
+    valid = "valid keys: host, port, max_body_bytes, header_timeout"
+    assert str(e) == f"{path}:3: server.http.prot: unknown key 'prot'; {valid}"
 
 
 # -------------------------------------------------------------------------------------- key errors
@@ -206,13 +207,15 @@ def test_unknown_nested_key() -> None:
             prot: 80
         """
     )
-    valid = "valid keys: host, port, max_body_bytes"
+    valid = "valid keys: host, port, max_body_bytes, header_timeout"
     assert str(e) == f"hitl.yaml:5: server.http.prot: unknown key 'prot'; {valid}"
 
 
 def test_unknown_key_in_a_channel_lists_that_channels_keys() -> None:
     e = error("channels:\n  web:\n    type: web\n    tokn: abc\n")
-    assert str(e) == "hitl.yaml:4: channels.web.tokn: unknown key 'tokn'; valid keys: type, token"
+    assert (
+        str(e) == "hitl.yaml:4: channels.web.tokn: unknown key 'tokn'; valid keys: type, token, session_ttl"
+    )
 
 
 def test_missing_required_key() -> None:

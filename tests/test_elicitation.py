@@ -713,6 +713,23 @@ async def test_a_link_is_not_a_credential(state_dir: Path) -> None:
             assert again.status_code == 409
 
 
+async def test_a_link_from_another_site_reloads_from_our_origin_and_spends_nothing(state_dir: Path) -> None:
+    """A cross-site click carries no SameSite=Strict cookie: the answer is a page that loads the link
+    again from our origin (where a signed-in browser's cookie is sent), not a sign-in form."""
+    async with running(state_dir, url_config()) as rt:
+        broker = await rt.broker()
+        request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Rotate the keys", channels=["web"]))
+        token = RequestLinks(rt.auth).issue(request.id, "elicitation", "host user (x)", now() + 60)
+        async with browser(rt, signed_in=False) as agent:
+            cross = await agent.get(f"/link/{token}", headers={"Sec-Fetch-Site": "cross-site"})
+            assert cross.status_code == 200
+            assert f'<meta http-equiv="refresh" content="0;url=/link/{token}">' in cross.text
+            assert cross.headers["content-security-policy"].startswith("default-src 'self'")
+            same = await agent.get(f"/link/{token}", headers={"Sec-Fetch-Site": "same-origin"})
+            assert same.status_code == 401  # still signed out on our own origin: sign in
+        assert "link_opened" not in [row.event for row in await broker.store.audit(request.id)]
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_an_opened_link_is_not_offered_again(state_dir: Path, mode: str) -> None:
     host = LinkHost()

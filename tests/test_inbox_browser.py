@@ -11,6 +11,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,10 @@ import pytest
 from mcp import Client
 from mcp import types as mcp_types
 
+from hitl_mcp.broker import AskSpec
 from hitl_mcp.config import parse_config
+from hitl_mcp.models import Kind, now
+from hitl_mcp.web.links import RequestLinks
 from tests.conftest import ROOT, TOKEN, sc
 from tests.test_inbox_pages import Inbox, serve_inbox
 
@@ -122,8 +126,10 @@ async def test_login_link_sets_a_strict_http_only_cookie_and_drops_the_token(
         assert page.url == f"{inbox.url}/"
         assert TOKEN not in page.url
         cookies = {c["name"]: c for c in await ctx.cookies()}
-        session = cookies["hitl_session"]
+        port = inbox.url.rsplit(":", 1)[1]
+        session = cookies[f"hitl_session_{port}"]  # cookies ignore ports: the name does not
         assert session["httpOnly"] and session["sameSite"] == "Strict" and TOKEN not in session["value"]
+        assert session["path"] == "/" and 0 < session["expires"] - time.time() <= 12 * 3600
         assert await page.evaluate("document.cookie") == ""  # script cannot read it
         await expect(page.get_by_role("heading", name="Waiting for you")).to_be_visible()
         await expect(page.get_by_text("Nothing is waiting for you.")).to_be_visible()
@@ -504,3 +510,48 @@ def _has(name: str) -> Any:
     import re
 
     return re.compile(rf"(^|\s){re.escape(name)}(\s|$)")
+
+
+async def test_a_link_clicked_on_another_site_opens_for_a_signed_in_browser(
+    state_dir: Path, browser: Browser
+) -> None:
+    """The session cookie is SameSite=Strict, so a click on another site (a web chat showing the
+    host's link) arrives without it. The link page then loads itself again from our own origin,
+    where the cookie is sent: a signed-in person lands on the request, and is not asked to sign in."""
+    async with inbox_and_page(state_dir, browser) as (inbox, _, page):
+        broker = await inbox.runtime.broker()
+        request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Flip the flag", channels=["web"]))
+        link = RequestLinks(inbox.runtime.auth).issue(request.id, "elicitation", "host user", now() + 60)
+        elsewhere = "http://chat.example.test/"
+
+        async def chat_page(route: Any) -> None:
+            await route.fulfill(
+                content_type="text/html", body=f'<a id="go" href="{inbox.url}/link/{link}">Open it</a>'
+            )
+
+        await page.route(elsewhere, chat_page)
+        await page.goto(elsewhere)
+        await page.click("#go")
+        await expect(page).to_have_url(f"{inbox.url}/requests/{request.id}")
+        await expect(page.locator("article.card", has_text="Flip the flag")).to_be_visible()
+        audit = [row.event for row in await broker.store.audit(request.id)]
+        assert audit.count("link_opened") == 1
+        # a browser that is not signed in goes the same way round, to the sign-in form; nothing is spent
+        other = RequestLinks(inbox.runtime.auth).issue(request.id, "elicitation", "host user", now() + 60)
+        stranger = await browser.new_context()
+        try:
+            lost = await stranger.new_page()
+            await lost.route(
+                elsewhere,
+                lambda route: route.fulfill(
+                    content_type="text/html", body=f'<a id="go" href="{inbox.url}/link/{other}">Open it</a>'
+                ),
+            )
+            await lost.goto(elsewhere)
+            await lost.click("#go")
+            await expect(lost.get_by_role("button", name="Sign in and open it")).to_be_visible()
+            assert lost.url == f"{inbox.url}/link/{other}"
+        finally:
+            await stranger.close()
+        audit = [row.event for row in await broker.store.audit(request.id)]
+        assert audit.count("link_opened") == 1

@@ -88,6 +88,12 @@ async def status_of(rt: Runtime, request_id: str) -> tuple[Status, int]:
     return request.status, len(await broker.store.replies(request_id))
 
 
+def csrf(rt: Runtime, web: httpx2.AsyncClient) -> str:
+    """The CSRF token of the client's inbox session, as its pages carry it."""
+    (session_id,) = web.cookies.values()
+    return rt.auth.csrf_for(session_id)
+
+
 def form(csrf: str | None, **fields: str) -> dict[str, str]:
     return {**fields, **({"csrf": csrf} if csrf is not None else {})}
 
@@ -199,9 +205,7 @@ async def test_form_answers(
 ) -> None:
     async with running(state_dir) as rt, browser_like(rt) as web:
         request = await ask(rt, **kw)
-        r = await web.post(
-            f"/requests/{request.id}/answer", data=form(rt.auth.csrf_token, next="inbox", **fields)
-        )
+        r = await web.post(f"/requests/{request.id}/answer", data=form(csrf(rt, web), next="inbox", **fields))
         assert r.status_code == 303 and r.headers["location"] == f"/?answered={request.id}"
         settled = await (await rt.broker()).get(request.id)
         assert settled is not None and settled.status == Status.ANSWERED
@@ -222,13 +226,11 @@ async def test_form_json_mode_and_request_page_redirect(state_dir: Path) -> None
         r = await web.post(
             f"/requests/{request.id}/answer",
             data={"text": "hello"},
-            headers={"X-CSRF-Token": rt.auth.csrf_token, "Accept": "application/json"},
+            headers={"X-CSRF-Token": csrf(rt, web), "Accept": "application/json"},
         )
         assert r.status_code == 200 and r.json()["ok"] is True and "hello" in r.json()["message"]
         other = await ask(rt, text="Other?")
-        r = await web.post(
-            f"/requests/{other.id}/answer", data=form(rt.auth.csrf_token, text="x", next="request")
-        )
+        r = await web.post(f"/requests/{other.id}/answer", data=form(csrf(rt, web), text="x", next="request"))
         assert r.headers["location"] == f"/requests/{other.id}"
 
 
@@ -238,12 +240,12 @@ async def test_post_without_csrf_or_cookie_changes_nothing(state_dir: Path) -> N
         path = f"/requests/{request.id}/answer"
         assert (await web.post(path, data={"text": "x"})).status_code == 403
         assert (await web.post(path, data=form("0" * 64, text="x"))).status_code == 403
-        assert (await anon.post(path, data=form(rt.auth.csrf_token, text="x"))).status_code == 401
+        assert (await anon.post(path, data=form(csrf(rt, web), text="x"))).status_code == 401
         assert (await web.get(path)).status_code == 405
         assert await status_of(rt, request.id) == (Status.PENDING, 0)
         note = await (await rt.broker()).notify(AskSpec(kind=Kind.NOTIFICATION, text="hi"))
         assert (await web.post(f"/notifications/{note.request_id}/dismiss", data={})).status_code == 403
-        assert (await anon.post("/notifications/dismiss", data=form(rt.auth.csrf_token))).status_code == 401
+        assert (await anon.post("/notifications/dismiss", data=form(csrf(rt, web)))).status_code == 401
         events = [a.event for a in await (await rt.broker()).store.audit(note.request_id)]
         assert "dismissed" not in events
 
@@ -252,29 +254,35 @@ async def test_bad_bodies_are_refused(state_dir: Path) -> None:
     async with running(state_dir) as rt, browser_like(rt) as web:
         request = await ask(rt)
         path = f"/requests/{request.id}/answer"
-        csrf = {"X-CSRF-Token": rt.auth.csrf_token}
-        r = await web.post(path, json={"text": "x"}, headers=csrf)
+        header = {"X-CSRF-Token": csrf(rt, web)}
+        r = await web.post(path, json={"text": "x"}, headers=header)
         assert r.status_code == 415
-        r = await web.post(path, content=b"text=" + b"x" * (65 * 1024), headers={**csrf, **FORM})
+        r = await web.post(path, content=b"text=" + b"x" * (65 * 1024), headers={**header, **FORM})
         assert r.status_code == 413
-        r = await web.post(path, data=form(rt.auth.csrf_token, text="x" * 8001))
+        r = await web.post(path, data=form(csrf(rt, web), text="x" * 8001))
         assert r.status_code == 422
-        r = await web.post(path, data=form(rt.auth.csrf_token, decision="maybe"))
+        r = await web.post(path, data=form(csrf(rt, web), decision="maybe"))
         assert r.status_code == 422
+        token = csrf(rt, web).encode()
+        for bad in (b"text=caf%E9", b"text=%FF%FE", b"text=caf\xe9", b"text=ok&comment=%C3"):  # not UTF-8
+            r = await web.post(
+                path, content=bad + b"&csrf=" + token, headers={**FORM, "Accept": "application/json"}
+            )
+            assert r.status_code == 400 and "UTF-8" in r.json()["error"], bad
         assert await status_of(rt, request.id) == (Status.PENDING, 0)
         assert (
-            await web.post("/requests/nope/answer", data=form(rt.auth.csrf_token, text="x"))
+            await web.post("/requests/nope/answer", data=form(csrf(rt, web), text="x"))
         ).status_code == 404
 
 
 async def test_invalid_answer_re_renders_with_the_error_and_the_draft(state_dir: Path) -> None:
     async with running(state_dir) as rt, browser_like(rt) as web:
         request = await ask(rt, choices=["a", "b"], allow_free_text=False)
-        r = await web.post(f"/requests/{request.id}/answer", data=form(rt.auth.csrf_token, choice="c"))
+        r = await web.post(f"/requests/{request.id}/answer", data=form(csrf(rt, web), choice="c"))
         assert r.status_code == 422 and "was not offered" in r.text
         approval = await ask(rt, kind=Kind.APPROVAL, text="Go?")
         r = await web.post(
-            f"/requests/{approval.id}/answer", data=form(rt.auth.csrf_token, text="sure", comment="my note")
+            f"/requests/{approval.id}/answer", data=form(csrf(rt, web), text="sure", comment="my note")
         )
         assert r.status_code == 422 and "decision" in r.text and "my note" in r.text
         assert await status_of(rt, approval.id) == (Status.PENDING, 0)
@@ -285,7 +293,7 @@ async def test_late_answer_says_who_answered_how_and_when(state_dir: Path) -> No
         request = await ask(rt)
         broker = await rt.broker()
         await broker.resolve(request.id, Reply(channel="cli", responder="ana (terminal)", text="first"))
-        r = await web.post(f"/requests/{request.id}/answer", data=form(rt.auth.csrf_token, text="second"))
+        r = await web.post(f"/requests/{request.id}/answer", data=form(csrf(rt, web), text="second"))
         assert r.status_code == 409
         assert (
             "Already answered by ana (terminal) via cli at 20" in r.text and "Nothing was changed" in r.text
@@ -293,7 +301,7 @@ async def test_late_answer_says_who_answered_how_and_when(state_dir: Path) -> No
         r = await web.post(
             f"/requests/{request.id}/answer",
             data={"text": "third"},
-            headers={"X-CSRF-Token": rt.auth.csrf_token, "Accept": "application/json"},
+            headers={"X-CSRF-Token": csrf(rt, web), "Accept": "application/json"},
         )
         assert (
             r.status_code == 409
@@ -343,20 +351,20 @@ async def test_notifications_feed_and_dismiss(state_dir: Path) -> None:
         second = await broker.notify(AskSpec(kind=Kind.NOTIFICATION, text="Disk full", title="Ops"))
         page = (await web.get("/")).text
         assert "Build green" in page and "Disk full" in page
-        r = await web.post(f"/notifications/{first.request_id}/dismiss", data=form(rt.auth.csrf_token))
+        r = await web.post(f"/notifications/{first.request_id}/dismiss", data=form(csrf(rt, web)))
         assert r.status_code == 303
-        await web.post(f"/notifications/{first.request_id}/dismiss", data=form(rt.auth.csrf_token))
+        await web.post(f"/notifications/{first.request_id}/dismiss", data=form(csrf(rt, web)))
         events = [a.event for a in await broker.store.audit(first.request_id)]
         assert events.count("dismissed") == 1
         page = (await web.get("/")).text
         assert "Build green" not in page and "Disk full" in page
         r = await web.post(
-            "/notifications/dismiss", data=form(rt.auth.csrf_token), headers={"Accept": "application/json"}
+            "/notifications/dismiss", data=form(csrf(rt, web)), headers={"Accept": "application/json"}
         )
         assert r.json() == {"ok": True, "dismissed": [second.request_id]}
         assert "Disk full" not in (await web.get("/")).text
         q = await ask(rt)
-        r = await web.post(f"/notifications/{q.id}/dismiss", data=form(rt.auth.csrf_token))
+        r = await web.post(f"/notifications/{q.id}/dismiss", data=form(csrf(rt, web)))
         assert r.status_code == 404
 
 
@@ -395,8 +403,8 @@ async def test_events_stream_changes_from_any_process_and_unsubscribes(state_dir
             return wrapped
 
         broker.listen = spy  # type: ignore[method-assign]
-        cookies = {"hitl_session": inbox.runtime.auth.session_cookie}
-        async with httpx2.AsyncClient(base_url=inbox.url, cookies=cookies, timeout=10) as web:
+        async with httpx2.AsyncClient(base_url=inbox.url, timeout=10) as web:
+            assert (await web.get("/login", params={"token": TOKEN})).status_code == 303
             async with web.stream("GET", "/events") as response:
                 assert response.status_code == 200
                 assert response.headers["content-type"].startswith("text/event-stream")

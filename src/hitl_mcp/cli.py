@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--json", action="store_true", help="print JSON")
 
+    p = command("logout", cmd_logout, "sign out of the web inbox: end inbox sessions")
+    common(p)
+    p.add_argument("--all", action="store_true", help="end every inbox session (required)")
+
     p = command("audit", cmd_audit_verify, "check the audit log")
     common(p)
     p.add_argument("action", choices=["verify"])
@@ -239,8 +243,12 @@ def cmd_pending(args: argparse.Namespace) -> int:
     from hitl_mcp.models import Status
 
     async def go() -> int:
-        async with _broker(args) as broker:
-            requests = await broker.store.list(Status.PENDING, 1000)
+        requests: list[Any] = []
+        async with _broker(args) as broker:  # every one, a page at a time: none is hidden by a cap
+            while page := await broker.store.list(
+                Status.PENDING, 1000, requests[-1].id if requests else None
+            ):
+                requests += page
         _print_requests(requests, args.json, pending=True)
         return 0
 
@@ -289,10 +297,15 @@ def _resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
 
     async def go() -> int:
         async with _broker(args) as broker:
-            request_id = await _find(broker, args.id)
-            if request_id is None:
-                print(f"hitl-mcp: no request matches {args.id!r} (see: hitl-mcp pending)", file=sys.stderr)
+            found = await _find(broker, args.id)
+            if len(found) != 1:
+                if found:
+                    why = f"{args.id!r} is the start of more than one request id; give more of it"
+                else:
+                    why = f"no request matches {args.id!r} (see: hitl-mcp pending)"
+                print(f"hitl-mcp: {why}", file=sys.stderr)
                 return 1
+            (request_id,) = found
             reply = Reply(channel="cli", responder=f"{getpass.getuser()} (terminal)", **reply_fields)
             try:
                 verdict = await broker.resolve(request_id, reply)
@@ -313,13 +326,18 @@ def _resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
     return _run(go)
 
 
-async def _find(broker: Any, prefix: str) -> str | None:
+async def _find(broker: Any, prefix: str) -> list[str]:
+    """The request an id names, or the ones it is the start of (at least 4 characters): a pending
+    request first, else any. Two ids back mean the prefix is ambiguous."""
+    from hitl_mcp.models import Status
+
+    if not prefix.isascii() or not prefix.isprintable():
+        return []
     if await broker.get(prefix) is not None:
-        return prefix
+        return [prefix]
     if len(prefix) < 4:
-        return None
-    matches = [r.id for r in await broker.store.list(None, 1000) if r.id.startswith(prefix)]
-    return matches[0] if len(matches) == 1 else None
+        return []
+    return await broker.store.ids_starting(prefix, Status.PENDING) or await broker.store.ids_starting(prefix)
 
 
 def cmd_answer(args: argparse.Namespace) -> int:
@@ -332,6 +350,20 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 def cmd_deny(args: argparse.Namespace) -> int:
     return _resolve_cmd(args, decision="deny", comment=args.comment)
+
+
+def cmd_logout(args: argparse.Namespace) -> int:
+    if not args.all:
+        print("hitl-mcp: say which sessions: --all ends every inbox session", file=sys.stderr)
+        return 2
+
+    async def go() -> int:
+        async with _broker(args) as broker:
+            ended = await broker.store.end_sessions()
+        print(f"ended {ended} inbox session{'' if ended == 1 else 's'}; sign in again with the login link")
+        return 0
+
+    return _run(go)
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:

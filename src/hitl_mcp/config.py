@@ -280,6 +280,8 @@ class HttpConfig(_Section):
         1024 * 1024
     )
     """Request bodies larger than this are refused with 413 before anything reads them."""
+    header_timeout: _duration(1, 300) = 10.0  # type: ignore[valid-type]
+    """A connection that has not sent its request line and headers within this is closed."""
 
 
 class ServerConfig(_Section):

@@ -34,7 +34,8 @@ from hitl_mcp.models import Kind
 from hitl_mcp.net import is_loopback
 from hitl_mcp.server import Settings, build_server
 from hitl_mcp.store.base import StoreError
-from hitl_mcp.web.auth import WebAuth, load_web_auth
+from hitl_mcp.web.auth import DEFAULT_SESSION_TTL, TokenFileUnsafe, WebAuth, load_web_auth
+from hitl_mcp.web.deadline import DEFAULT_HEADER_TIMEOUT, with_header_deadline
 from hitl_mcp.web.links import RequestLinks
 
 # imported when first needed, so that over stdio `initialize` is answered before they load
@@ -79,8 +80,15 @@ class Runtime:
         """Set when something first needs the broker: over stdio, the side work starts no later."""
         web = [name for name, ch in config.channels.items() if ch.type == "web"]
         self.web_channel = web[0] if web else "api"
-        token = getattr(config.channels[web[0]], "token", None) if web else None
-        self.auth: WebAuth = load_web_auth(token.get_secret_value() if token else None, state_dir)
+        web_config = config.channels[web[0]] if web else None
+        token = getattr(web_config, "token", None)
+        ttl = getattr(web_config, "session_ttl", DEFAULT_SESSION_TTL)
+        try:
+            self.auth: WebAuth = load_web_auth(
+                token.get_secret_value() if token else None, state_dir, session_ttl=ttl
+            )
+        except TokenFileUnsafe as exc:
+            raise ConfigRefused(str(exc)) from None
         self.inbox_url: str | None = config.server.public_url
         """Where a person's browser reaches the inbox: ``server.public_url``, else where we listen."""
 
@@ -169,16 +177,26 @@ class Runtime:
                 routes.append(Mount(f"/webhooks/{alias}", routes=lazy))
         return routes
 
-    def http_app(self, mcp: MCPServer | None, transport: Transport, host: str) -> Starlette:
+    def http_app(
+        self, mcp: MCPServer | None, transport: Transport, host: str, port: int | None = None
+    ) -> Starlette:
+        """The one HTTP app. ``port`` is the bound port: on loopback, the Host and Origin a request
+        may name (None, for an app served in process without a socket: any port of those names)."""
+        from mcp.server.transport_security import TransportSecuritySettings
+
         from hitl_mcp.web.api import api_routes, healthz
         from hitl_mcp.web.limits import BodyLimit
+        from hitl_mcp.web.rebinding import Allowed, HostCheck
 
         routes: list[BaseRoute] = [Route("/healthz", healthz, methods=["GET"])]
         routes += api_routes(self.broker, self.auth, self.web_channel)
         routes += self.channel_routes()
         lifespan = None
+        # on loopback, HostCheck (below) checks Host and Origin for every route, MCP's included, with
+        # the bound port and public_url: the SDK's own check (three fixed names, any port) stands aside
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         if mcp is not None and transport == "http":
-            inner = mcp.streamable_http_app(host=host)
+            inner = mcp.streamable_http_app(host=host, transport_security=security)
             routes += [_guard(r, self.auth, host) for r in inner.routes]
 
             @contextlib.asynccontextmanager
@@ -187,10 +205,12 @@ class Runtime:
                     yield
 
         elif mcp is not None and transport == "sse":
-            inner = mcp.sse_app(host=host)
+            inner = mcp.sse_app(host=host, transport_security=security)
             routes += [_guard(r, self.auth, host) for r in inner.routes]
         app = Starlette(routes=routes, lifespan=lifespan)
         app.add_middleware(BodyLimit, max_bytes=self.config.server.http.max_body_bytes)
+        if is_loopback(host):  # added last: it runs first
+            app.add_middleware(HostCheck, allowed=Allowed.for_bind(host, port, self.config.server.public_url))
         return app
 
 
@@ -255,11 +275,18 @@ def bind(host: str, port: int) -> socket.socket | None:
 class HttpServer:
     """uvicorn on a socket we bound; ``stop`` ends it gracefully (no cancellation tracebacks)."""
 
-    def __init__(self, app: Starlette, sock: socket.socket) -> None:
+    def __init__(
+        self, app: Starlette, sock: socket.socket, header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    ) -> None:
         import uvicorn
 
         config = uvicorn.Config(
-            app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=2
+            app,
+            http=with_header_deadline(header_timeout),  # a client that never ends its headers is cut off
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=2,
         )
         self.server = uvicorn.Server(config)
         self.sock = sock
@@ -316,7 +343,9 @@ async def _serve(
     if transport != "stdio":
         assert sock is not None
         _announce(runtime, transport, url)
-        http = HttpServer(runtime.http_app(mcp, transport, host), sock)
+        port = sock.getsockname()[1]
+        app = runtime.http_app(mcp, transport, host, port)
+        http = HttpServer(app, sock, runtime.config.server.http.header_timeout)
         _settle_heap()
         async with anyio.create_task_group() as tg:
             tg.start_soon(runtime.run)
@@ -339,7 +368,9 @@ async def _serve(
             tg.start_soon(runtime.run)
             if sock is not None:
                 _announce(runtime, transport, url)
-                http_server = HttpServer(runtime.http_app(None, transport, host), sock)
+                port = sock.getsockname()[1]
+                app = runtime.http_app(None, transport, host, port)
+                http_server = HttpServer(app, sock, runtime.config.server.http.header_timeout)
                 await http_server.run()
         finally:
             http_done.set()

@@ -6,9 +6,9 @@ read the store, and the reply route (``POST /api/requests/{id}/reply``) resolves
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import SecretStr
+from pydantic import SecretStr, field_validator
 
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.base import ChannelConfig, Delivery
@@ -19,6 +19,18 @@ class Config(ChannelConfig):
     type: Literal["web"] = "web"
     token: SecretStr | None = None
     """The inbox and API token; else $HITL_WEB_TOKEN; else one generated in the state directory."""
+    session_ttl: float = 12 * 3600.0
+    """How long an inbox session lasts after signing in (a duration: 12h, 30m, 7d): 1m to 30d."""
+
+    @field_validator("session_ttl", mode="before")
+    @classmethod
+    def _ttl(cls, value: Any) -> float:
+        from hitl_mcp.config import parse_duration  # the config module imports this one
+
+        seconds = parse_duration(value)
+        if not 60 <= seconds <= 30 * 86400:
+            raise ValueError("must be between 1m and 30d")
+        return seconds
 
 
 class Channel(BaseChannel):

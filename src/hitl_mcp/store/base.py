@@ -86,8 +86,19 @@ class Store(Protocol):
     async def get(self, request_id: str) -> Request | None: ...
 
     async def list(
-        self, status: Status | None = None, limit: int = 100, before: float | None = None
-    ) -> list[Request]: ...
+        self, status: Status | None = None, limit: int = 100, before: str | None = None
+    ) -> list[Request]:
+        """Newest first (by creation time, then id); ``before`` is the id of the last request of the
+        previous page: the page holds the ones listed after it. An unknown id gives an empty page."""
+        ...
+
+    async def count(self, status: Status | None = None, before: str | None = None) -> int:
+        """How many requests ``list`` would page through, from the same ``before``."""
+        ...
+
+    async def ids_starting(self, prefix: str, status: Status | None = None, limit: int = 2) -> list[str]:
+        """The ids that start with ``prefix`` (an index range, whatever the number of requests)."""
+        ...
 
     async def resolve(self, request_id: str, reply: Reply, outcome: dict[str, Any]) -> Settled | None:
         """Record the reply; it wins only if the request is still pending and unexpired."""
@@ -143,6 +154,18 @@ class Store(Protocol):
         ...
 
     async def replies(self, request_id: str) -> list[ReplyRow]: ...
+
+    async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
+        """Keep an inbox session by the hash of its id; drop the one it ``replaces`` and expired ones."""
+        ...
+
+    async def session_alive(self, digest: str) -> bool:
+        """Whether the session with this hash exists and has not expired."""
+        ...
+
+    async def end_sessions(self, digest: str | None = None) -> int:
+        """Revoke one inbox session, or every one (None); how many were removed."""
+        ...
 
     async def audit(self, request_id: str | None = None) -> list[AuditRow]: ...
 

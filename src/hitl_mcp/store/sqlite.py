@@ -153,6 +153,16 @@ MIGRATIONS: list[str] = [
     CREATE UNIQUE INDEX requests_idempotency ON requests(owner, idempotency_key)
         WHERE idempotency_key IS NOT NULL;
     """,
+    # 6: inbox sessions, kept by the SHA-256 of their random id (the cookie's value, never stored),
+    # each with its expiry
+    """
+    CREATE TABLE web_sessions (
+        digest TEXT PRIMARY KEY,
+        created_at REAL NOT NULL,
+        expires_at REAL NOT NULL
+    );
+    CREATE INDEX web_sessions_expiry ON web_sessions(expires_at);
+    """,
 ]
 
 SETTLING_EVENTS = ("answered", "expired", "cancelled")
@@ -397,21 +407,34 @@ class SqliteStore:
         return await self._run(work)
 
     async def list(
-        self, status: Status | None = None, limit: int = 100, before: float | None = None
+        self, status: Status | None = None, limit: int = 100, before: str | None = None
     ) -> list[Request]:
-        sql = "SELECT * FROM requests WHERE 1 = 1"
-        args: list[Any] = []
+        where, args = _filter(status, before)
+        sql = f"SELECT * FROM requests WHERE {where} ORDER BY created_at DESC, id DESC LIMIT ?"
+
+        def work(db: sqlite3.Connection) -> Any:
+            return [_request(r) for r in db.execute(sql, (*args, limit)).fetchall()]
+
+        return await self._run(work)
+
+    async def count(self, status: Status | None = None, before: str | None = None) -> int:
+        where, args = _filter(status, before)
+
+        def work(db: sqlite3.Connection) -> Any:
+            return db.execute(f"SELECT COUNT(*) FROM requests WHERE {where}", args).fetchone()[0]
+
+        return await self._run(work)
+
+    async def ids_starting(self, prefix: str, status: Status | None = None, limit: int = 2) -> list[str]:
+        # a range on the primary key: every id that starts with the prefix sorts between these two
+        sql = "SELECT id FROM requests WHERE id >= ? AND id < ?"
+        args: list[Any] = [prefix, prefix + "\U0010ffff"]
         if status is not None:
             sql += " AND status = ?"
             args.append(status.value)
-        if before is not None:
-            sql += " AND created_at < ?"
-            args.append(before)
-        sql += " ORDER BY created_at DESC LIMIT ?"
-        args.append(limit)
 
         def work(db: sqlite3.Connection) -> Any:
-            return [_request(r) for r in db.execute(sql, args).fetchall()]
+            return [r[0] for r in db.execute(sql + " ORDER BY id LIMIT ?", (*args, limit)).fetchall()]
 
         return await self._run(work)
 
@@ -727,6 +750,41 @@ class SqliteStore:
 
         return await self._run(work)
 
+    # --- inbox sessions ----------------------------------------------------------------------
+
+    async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
+        at = now()
+
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                db.execute("DELETE FROM web_sessions WHERE expires_at <= ? OR digest = ?", (at, replaces))
+                db.execute(
+                    "INSERT INTO web_sessions (digest, created_at, expires_at) VALUES (?, ?, ?)",
+                    (digest, at, expires_at),
+                )
+
+        return await self._run(work)
+
+    async def session_alive(self, digest: str) -> bool:
+        at = now()
+
+        def work(db: sqlite3.Connection) -> Any:
+            row = db.execute(
+                "SELECT 1 FROM web_sessions WHERE digest = ? AND expires_at > ?", (digest, at)
+            ).fetchone()
+            return row is not None
+
+        return await self._run(work)
+
+    async def end_sessions(self, digest: str | None = None) -> int:
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                if digest is None:
+                    return db.execute("DELETE FROM web_sessions").rowcount
+                return db.execute("DELETE FROM web_sessions WHERE digest = ?", (digest,)).rowcount
+
+        return await self._run(work)
+
     async def deliveries(self, request_id: str) -> list[DeliveryRow]:
         def work(db: sqlite3.Connection) -> Any:
             cursor = db.execute("SELECT * FROM deliveries WHERE request_id = ? ORDER BY id", (request_id,))
@@ -784,6 +842,19 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
         if db.in_transaction:  # never leave the connection inside a transaction (and its lock held)
             db.execute("ROLLBACK")
         raise
+
+
+def _filter(status: Status | None, before: str | None) -> tuple[str, list[Any]]:
+    """The WHERE of a listing: newest first by ``(created_at, id)``, so ``before`` (the last id of
+    the previous page) is a keyset cursor that neither skips nor repeats a row."""
+    where, args = ["1 = 1"], []
+    if status is not None:
+        where.append("status = ?")
+        args.append(status.value)
+    if before is not None:
+        where.append("(created_at, id) < (SELECT created_at, id FROM requests WHERE id = ?)")
+        args.append(before)
+    return " AND ".join(where), args
 
 
 def _split_sql(script: str) -> list[str]:

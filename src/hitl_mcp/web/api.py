@@ -1,10 +1,12 @@
 """The JSON API, and ``api_routes``: every route of the web surface (API, inbox pages, events).
 
-``GET /api/requests``, ``GET /api/requests/{id}``, ``POST /api/requests/{id}/reply``; the pages
-(``/``, ``/login``, ``/requests/{id}``, ``/history``...) are in ``pages.py`` and ``/events`` in
-``events.py``. Every route but ``/healthz`` and the static shell needs the web token; a request
-without it changes nothing. Status codes: 401 no credentials, 404 unknown id, 409 no longer pending
-(the body says who answered, how and when), 422 a reply that does not fit the request.
+``GET /api/requests?status=&before=&limit=`` (newest first, keyset-paginated: pass an answer's
+``next`` as ``before`` for the page after it), ``GET /api/requests/{id}``,
+``POST /api/requests/{id}/reply``; the pages (``/``, ``/requests/{id}``, ``/history``...) are in
+``pages.py``, sign-in in ``signin.py`` and ``/events`` in ``events.py``. Every route but ``/healthz``
+and the static shell needs the web token; a request without it changes nothing. Status codes: 401 no
+credentials, 404 unknown id, 409 no longer pending (the body says who answered, how and when), 422 a
+reply that does not fit the request, 400 a body that is not JSON (or nested too deep to read).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from hitl_mcp.web import MAX_BODY, REPLY_FIELDS, WEB_RESPONDER
 from hitl_mcp.web.auth import WebAuth
 from hitl_mcp.web.events import event_routes
 from hitl_mcp.web.pages import page_routes
+from hitl_mcp.web.sessions import Sessions
+from hitl_mcp.web.signin import signin_routes
 
 __all__ = ["MAX_BODY", "REPLY_FIELDS", "WEB_RESPONDER", "api_routes", "error", "healthz", "request_json"]
 
@@ -62,17 +66,19 @@ def request_json(request: Request) -> dict[str, Any]:
 
 
 def api_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[BaseRoute]:
-    """The JSON API, the inbox pages, ``/events`` and the static shell."""
+    """The JSON API, the inbox pages, sign-in, ``/events`` and the static shell."""
+    sessions = Sessions(auth, get_broker)
     return (
-        json_routes(get_broker, auth, web_channel)
-        + page_routes(get_broker, auth, web_channel)
-        + event_routes(get_broker, auth)
+        json_routes(get_broker, sessions, web_channel)
+        + signin_routes(get_broker, sessions)
+        + page_routes(get_broker, sessions, web_channel)
+        + event_routes(get_broker, sessions)
     )
 
 
-def json_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[BaseRoute]:
+def json_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> list[BaseRoute]:
     async def list_requests(http: HttpRequest) -> Response:
-        if not auth.can_read(http):
+        if await sessions.read(http) is None:
             return error(401, "missing or wrong web token")
         status_arg = http.query_params.get("status")
         status = None
@@ -88,12 +94,19 @@ def json_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
             return error(422, "limit must be a whole number")
         if not 1 <= limit <= 1000:
             return error(422, "limit must be between 1 and 1000")
+        before = http.query_params.get("before") or None
         broker = await get_broker()
-        requests = await broker.store.list(status, limit)
-        return JSONResponse({"requests": [request_json(r) for r in requests]})
+        if before is not None and (len(before) > 64 or await broker.get(before) is None):
+            return error(422, "before must be the next value of a previous page (a request id)")
+        page = await broker.store.list(status, limit + 1, before)
+        more = len(page) > limit
+        page = page[:limit]
+        return JSONResponse(
+            {"requests": [request_json(r) for r in page], "next": page[-1].id if more else None}
+        )
 
     async def show_request(http: HttpRequest) -> Response:
-        if not auth.can_read(http):
+        if await sessions.read(http) is None:
             return error(401, "missing or wrong web token")
         broker = await get_broker()
         request = await broker.get(http.path_params["id"])
@@ -132,7 +145,9 @@ def json_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
         return JSONResponse(data)
 
     async def reply(http: HttpRequest) -> Response:
-        if not auth.can_write(http):
+        access = await sessions.read(http)
+        if access is None or not access.csrf_ok(http.headers.get("x-csrf-token")):
+            # a cookie alone changes nothing: a page on another site could have made the browser send it
             return error(401, "missing or wrong web token")
         body = await http.body()
         if len(body) > MAX_BODY:
@@ -141,6 +156,8 @@ def json_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
             data = json.loads(body or b"null")
         except (ValueError, UnicodeDecodeError):
             return error(400, "the body is not valid JSON")
+        except RecursionError:
+            return error(400, "the body is JSON nested too deeply; a reply is one flat object")
         if not isinstance(data, dict):
             return error(422, 'the body must be a JSON object such as {"text": "..."}')
         unknown = sorted(set(data) - set(REPLY_FIELDS))

@@ -3,7 +3,8 @@
 Each connection subscribes to the broker (``Broker.listen``), which reports every audit event,
 whichever process wrote it, within half a second. Events are ``change`` messages carrying only
 ``{"id": ..., "event": ...}``: the page then fetches what it shows again, so the HTML is rendered in
-one place. The subscription ends when the browser goes away.
+one place. The subscription ends when the browser goes away, or at the next ping once its session
+has ended.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from hitl_mcp.broker import Broker
-from hitl_mcp.web.auth import WebAuth
+from hitl_mcp.web.sessions import Sessions
 
 PING_SECONDS = 15.0
 RETRY_MS = 2000
@@ -47,7 +48,8 @@ class Subscription:
         self.queue.append((request_id, event))
         self.wake.set()
 
-    async def stream(self, broker: Broker) -> AsyncIterator[str]:
+    async def stream(self, broker: Broker, allowed: Callable[[], Awaitable[bool]]) -> AsyncIterator[str]:
+        """The events, until the browser goes away or its session ends (checked at each ping)."""
         unsubscribe = broker.listen(self)
         try:
             yield f"retry: {RETRY_MS}\n\n" + sse("hello", {})
@@ -59,6 +61,8 @@ class Subscription:
                     self.overflowed = False
                     yield sse("change", {"id": None, "event": "resync"})
                 if not self.queue:
+                    if not await allowed():  # signed out (expired, or hitl-mcp logout --all)
+                        return
                     yield ": ping\n\n"  # also how a dead connection is noticed
                     continue
                 batch = ""
@@ -70,13 +74,17 @@ class Subscription:
             unsubscribe()
 
 
-def event_routes(get_broker: GetBroker, auth: WebAuth) -> list[Route]:
+def event_routes(get_broker: GetBroker, sessions: Sessions) -> list[Route]:
     async def events(http: HttpRequest) -> Response:
-        if not auth.can_read(http):
+        if await sessions.read(http) is None:
             return JSONResponse({"error": "missing or wrong web token"}, status_code=401)
         broker = await get_broker()
+
+        async def allowed() -> bool:
+            return await sessions.read(http) is not None
+
         return StreamingResponse(
-            Subscription().stream(broker),
+            Subscription().stream(broker, allowed),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )

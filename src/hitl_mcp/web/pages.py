@@ -8,7 +8,6 @@ JavaScript (a POST, then a redirect); ``static/app.js`` submits them in place an
 from __future__ import annotations
 
 import hashlib
-import hmac
 from collections.abc import Awaitable, Callable, Mapping
 from functools import cache
 from pathlib import Path
@@ -25,8 +24,7 @@ from hitl_mcp import __version__
 from hitl_mcp.broker import Broker, NotFound, ReplyInvalid
 from hitl_mcp.models import Kind, Reply, Request, Status, canonical_json, iso, now
 from hitl_mcp.web import MAX_BODY, REPLY_FIELDS, WEB_RESPONDER
-from hitl_mcp.web.auth import COOKIE, WebAuth
-from hitl_mcp.web.links import LINK_PATH, SPENT, RequestLinks
+from hitl_mcp.web.sessions import Access, Sessions
 from hitl_mcp.web.views import (
     HISTORY_KINDS,
     HISTORY_STATUSES,
@@ -46,7 +44,8 @@ from hitl_mcp.web.views import (
 GetBroker = Callable[[], Awaitable[Broker]]
 
 STATIC_DIR = Path(__file__).parent / "static"
-PENDING_LIMIT = 500
+#: pending requests on one page of the inbox; the rest are a link away ("n more")
+PENDING_PAGE = 200
 NOTIFICATION_SCAN = 100
 NOTIFICATION_LIMIT = 30
 HISTORY_SCAN = 2000
@@ -134,19 +133,26 @@ async def read_form(http: HttpRequest) -> tuple[dict[str, str] | None, tuple[int
     ctype = http.headers.get("content-type", "").split(";")[0].strip().lower()
     if body and ctype != "application/x-www-form-urlencoded":
         return None, (415, "Send the form as application/x-www-form-urlencoded.")
-    try:
-        pairs = parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=20, strict_parsing=False)
-    except (UnicodeDecodeError, ValueError):
+    try:  # strict: bytes that are not UTF-8, raw or %-encoded, are refused rather than replaced
+        pairs = parse_qsl(
+            body.decode(), keep_blank_values=True, max_num_fields=20, encoding="utf-8", errors="strict"
+        )
+    except UnicodeDecodeError:
+        return None, (400, "The form is not valid UTF-8 text.")
+    except ValueError:
         return None, (400, "The form could not be read.")
     return dict(pairs), None
 
 
-def csrf_ok(http: HttpRequest, auth: WebAuth, form: Mapping[str, str]) -> bool:
+def csrf_ok(http: HttpRequest, access: Access, form: Mapping[str, str]) -> bool:
     """A bearer token is never sent by a browser on its own; a cookie is, so it needs the CSRF token."""
-    if auth.bearer_ok(http):
-        return True
-    sent = http.headers.get("x-csrf-token") or form.get("csrf") or ""
-    return hmac.compare_digest(sent.encode(), auth.csrf_token.encode())
+    return access.csrf_ok(http.headers.get("x-csrf-token") or form.get("csrf"))
+
+
+def signed_out(http: HttpRequest, then: str | None = None) -> Response:
+    if wants_json(http):
+        return JSONResponse({"ok": False, "error": "Sign in first."}, status_code=401)
+    return render("signin.html", 401, page="signin", signed_in=False, now=now(), pending_count=0, then=then)
 
 
 async def notification_feed(broker: Broker) -> list[Request]:
@@ -168,12 +174,11 @@ def success_message(request: Request) -> str:
     return f"Answered “{request.answer}”: {request.text}"
 
 
-def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[BaseRoute]:
-    links = RequestLinks(auth)
-
-    def base_context(pending: int, page: str) -> dict[str, Any]:
+def page_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> list[BaseRoute]:
+    def base_context(http: HttpRequest, pending: int, page: str) -> dict[str, Any]:
+        access: Access | None = getattr(http.state, "access", None)
         return {
-            "csrf": auth.csrf_token,
+            "csrf": access.csrf if access else "",
             "pending_count": pending,
             "page": page,
             "now": now(),
@@ -181,14 +186,7 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
         }
 
     async def pending_count(broker: Broker) -> int:
-        return len(await broker.store.list(Status.PENDING, PENDING_LIMIT))
-
-    def signed_out(http: HttpRequest, then: str | None = None) -> Response:
-        if wants_json(http):
-            return JSONResponse({"ok": False, "error": "Sign in first."}, status_code=401)
-        return render(
-            "signin.html", 401, page="signin", signed_in=False, now=now(), pending_count=0, then=then
-        )
+        return await broker.store.count(Status.PENDING)
 
     async def problem(
         http: HttpRequest, status: int, title: str, message: str, request_id: str | None = None
@@ -202,14 +200,22 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
             title=title,
             message=message,
             request_id=request_id,
-            **base_context(await pending_count(broker), "message"),
+            **base_context(http, await pending_count(broker), "message"),
         )
 
     async def inbox(http: HttpRequest) -> Response:
-        if not auth.can_read(http):
+        if await sessions.read(http) is None:
             return signed_out(http)
         broker = await get_broker()
-        pending = await broker.store.list(Status.PENDING, PENDING_LIMIT)
+        before = http.query_params.get("before") or None
+        if before is not None and (len(before) > 64 or await broker.get(before) is None):
+            return await problem(
+                http, 404, "Not found", "There is no such page of the inbox: its link names no request."
+            )
+        # newest first, a page at a time; "before" is the last request of the page before
+        pending = await broker.store.list(Status.PENDING, PENDING_PAGE + 1, before)
+        more = len(pending) > PENDING_PAGE
+        pending = pending[:PENDING_PAGE]
         answered = None
         answered_id = http.query_params.get("answered")
         if answered_id:
@@ -217,9 +223,12 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
         return render(
             "inbox.html",
             groups=agent_groups(pending),
+            next_page=pending[-1].id if more else None,
+            more=await broker.store.count(Status.PENDING, pending[-1].id) if more else 0,
+            paged=before is not None,
             notifications=await notification_feed(broker),
             answered=answered,
-            **base_context(len(pending), "inbox"),
+            **base_context(http, await pending_count(broker), "inbox"),
         )
 
     async def request_page(
@@ -228,7 +237,7 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
         error: str | None = None,
         draft: Mapping[str, str] | None = None,
     ) -> Response:
-        if not auth.can_read(http):
+        if await sessions.read(http) is None:
             return signed_out(http)
         broker = await get_broker()
         request = await broker.get(http.path_params["id"])
@@ -243,21 +252,22 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
             audit=await broker.store.audit(request.id),
             error=error,
             draft=draft or {},
-            **base_context(await pending_count(broker), "request"),
+            **base_context(http, await pending_count(broker), "request"),
         )
 
     async def show(http: HttpRequest) -> Response:
         return await request_page(http)
 
     async def answer(http: HttpRequest) -> Response:
-        if not auth.can_read(http):
+        access = await sessions.read(http)
+        if access is None:
             return signed_out(http)
         request_id = http.path_params["id"]
         form, refused = await read_form(http)
         if refused is not None or form is None:
             status, message = refused or (400, "The form could not be read.")
             return await problem(http, status, "Not sent", message, request_id)
-        if not csrf_ok(http, auth, form):
+        if not csrf_ok(http, access, form):
             return await problem(
                 http,
                 403,
@@ -311,7 +321,7 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
                 409,
                 request=settled,
                 line=line,
-                **base_context(await pending_count(broker), "message"),
+                **base_context(http, await pending_count(broker), "message"),
             )
         if wants_json(http):
             return JSONResponse(
@@ -321,13 +331,14 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
         return RedirectResponse(target, status_code=303)
 
     async def dismiss(http: HttpRequest) -> Response:
-        if not auth.can_read(http):
+        access = await sessions.read(http)
+        if access is None:
             return signed_out(http)
         form, refused = await read_form(http)
         if refused is not None or form is None:
             status, message = refused or (400, "The form could not be read.")
             return await problem(http, status, "Not dismissed", message)
-        if not csrf_ok(http, auth, form):
+        if not csrf_ok(http, access, form):
             return await problem(
                 http, 403, "Not dismissed", "This form did not come from your inbox. Reload and try again."
             )
@@ -348,7 +359,7 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
         return RedirectResponse("/", status_code=303)
 
     async def history(http: HttpRequest) -> Response:
-        if not auth.can_read(http):
+        if await sessions.read(http) is None:
             return signed_out(http)
         broker = await get_broker()
         wanted = HistoryFilter.from_query(http.query_params)
@@ -359,9 +370,7 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
             key=lambda r: r.closed_at or r.created_at,
             reverse=True,
         )
-        pending = sum(1 for r in scanned if r.status == Status.PENDING)
-        if len(scanned) >= HISTORY_SCAN:
-            pending = await pending_count(broker)
+        pending = await pending_count(broker)
         return render(
             "history.html",
             rows=rows[:HISTORY_LIMIT],
@@ -371,46 +380,8 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
             agents=sorted({agent_name(r) for r in settled} | ({wanted.agent} if wanted.agent else set())),
             kinds=[k.value for k in HISTORY_KINDS],
             statuses=[s.value for s in HISTORY_STATUSES],
-            **base_context(pending, "history"),
+            **base_context(http, pending, "history"),
         )
-
-    async def login(http: HttpRequest) -> Response:
-        if not auth.check_token(http.query_params.get("token")):
-            return render(
-                "signin.html", 401, page="signin", signed_in=False, now=now(), pending_count=0, bad_link=True
-            )
-        response = RedirectResponse(safe_next(http.query_params.get("next")), status_code=303)
-        response.set_cookie(COOKIE, auth.session_cookie, httponly=True, samesite="strict", path="/")
-        response.headers["Referrer-Policy"] = "no-referrer"
-        response.headers["Cache-Control"] = "no-store"
-        return response
-
-    async def open_link(http: HttpRequest) -> Response:
-        """A link from a host's URL-mode elicitation, to one request's page. It is not a credential:
-        whoever opens it signs in to the inbox first (the MCP spec forbids pre-authenticated links,
-        and an agent that reads the link must not be able to answer its own request). Checked, then
-        spent once, then a redirect to the request."""
-        token = http.path_params["token"]
-        link = links.read(token)
-        if link is None:
-            return _link_problem(404, "Link not valid", "This link is not valid. Copy it whole.")
-        if link.expired:
-            return _link_problem(410, "Link expired", "This link has expired.")
-        if not auth.can_read(http):  # not spent: it works once signed in
-            return signed_out(http, then=f"/link/{token}")
-        broker = await get_broker()
-        if await broker.get(link.request_id) is None:
-            return _link_problem(404, "Link not valid", "There is no such request.")
-        if not await broker.first_seen(SPENT, link.nonce):
-            return _link_problem(
-                409, "Link already used", "This link was already opened; each link works once."
-            )
-        opened = {"channel": link.channel, "offered_to": link.responder}
-        await broker.record(link.request_id, "link_opened", WEB_RESPONDER, opened)
-        response = RedirectResponse(link.page, status_code=303)
-        response.headers["Referrer-Policy"] = "no-referrer"
-        response.headers["Cache-Control"] = "no-store"
-        return response
 
     async def manifest(_: HttpRequest) -> Response:
         return JSONResponse(
@@ -450,8 +421,6 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
 
     return [
         Route("/", inbox, methods=["GET"]),
-        Route("/login", login, methods=["GET"]),
-        Route(LINK_PATH, open_link, methods=["GET"]),
         Route("/requests/{id}", show, methods=["GET"]),
         Route("/requests/{id}/answer", answer, methods=["POST"]),
         Route("/history", history, methods=["GET"]),
@@ -461,12 +430,6 @@ def page_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[
         Route("/sw.js", service_worker, methods=["GET"]),
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
     ]
-
-
-def _link_problem(status: int, title: str, message: str) -> HTMLResponse:
-    return render(
-        "message.html", status, title=title, message=message, signed_in=False, now=now(), page="message"
-    )
 
 
 def _shell_hash(urls: list[str]) -> str:

@@ -1,0 +1,98 @@
+"""Inbox sessions: what a browser holds once it has signed in with the web token.
+
+A session is a random id in a cookie: ``HttpOnly``, ``SameSite=Strict``, ``Path=/``, with a
+``Max-Age`` of the session's lifetime. Its name carries the server's port (``hitl_session_8765``):
+cookies ignore ports, so without it every server on the same host would be sent, and would
+overwrite, the same cookie. The store keeps only the id's SHA-256 and its expiry (the web channel's
+``session_ttl``, 12 h by default). Each sign-in makes a new id and ends the one the browser held;
+``hitl-mcp logout --all`` ends every session, whether or not a server runs.
+
+The CSRF token a page embeds is derived from the session id and the web token: it is worth nothing
+with any other session, and nothing once the session ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from starlette.requests import HTTPConnection
+from starlette.responses import Response
+
+from hitl_mcp.broker import Broker
+from hitl_mcp.models import now
+from hitl_mcp.web.auth import WebAuth
+
+COOKIE = "hitl_session"
+#: longer cookie values are not ours: refused before any lookup
+MAX_ID_LENGTH = 128
+
+GetBroker = Callable[[], Awaitable[Broker]]
+
+
+def digest(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+def cookie_name(conn: HTTPConnection) -> str:
+    """``hitl_session_<port>``, the port the request came in on."""
+    server = conn.scope.get("server")
+    return f"{COOKIE}_{server[1]}" if server and server[1] else COOKIE
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who is asking: the holder of the bearer token, or one live inbox session."""
+
+    bearer: bool
+    session_id: str | None = None
+    csrf: str = ""
+    """The CSRF token the pages embed for this session (none is needed with the bearer token)."""
+
+    def csrf_ok(self, sent: str | None) -> bool:
+        """A cookie is sent by the browser on its own, so a change needs the session's CSRF token."""
+        if self.bearer:
+            return True
+        return bool(sent) and hmac.compare_digest(str(sent).encode(), self.csrf.encode())
+
+
+class Sessions:
+    def __init__(self, auth: WebAuth, get_broker: GetBroker) -> None:
+        self.auth = auth
+        self.get_broker = get_broker
+
+    async def read(self, conn: HTTPConnection) -> Access | None:
+        """The bearer token, else a live session; None for anyone else. Kept on ``conn.state``."""
+        access: Access | None = None
+        if self.auth.bearer_ok(conn):
+            access = Access(bearer=True)
+        else:
+            session_id = conn.cookies.get(cookie_name(conn))
+            if session_id and len(session_id) <= MAX_ID_LENGTH:
+                broker = await self.get_broker()
+                if await broker.store.session_alive(digest(session_id)):
+                    access = Access(False, session_id, self.auth.csrf_for(session_id))
+        conn.state.access = access
+        return access
+
+    async def start(self, conn: HTTPConnection, response: Response) -> None:
+        """A new session for a browser that has just shown the token; the one it held ends."""
+        name = cookie_name(conn)
+        held = conn.cookies.get(name)
+        session_id = secrets.token_urlsafe(32)
+        broker = await self.get_broker()
+        await broker.store.add_session(
+            digest(session_id), now() + self.auth.session_ttl, replaces=digest(held) if held else None
+        )
+        response.set_cookie(
+            name,
+            session_id,
+            max_age=int(self.auth.session_ttl),
+            path="/",
+            httponly=True,
+            samesite="strict",
+            secure=conn.url.scheme == "https",
+        )
