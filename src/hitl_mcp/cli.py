@@ -28,6 +28,7 @@ from hitl_mcp.config import (
     resolve_state_dir,
     starter_config_text,
 )
+from hitl_mcp.terminal import block, visible
 
 log = logging.getLogger("hitl_mcp")
 
@@ -270,17 +271,18 @@ def _print_requests(requests: list[Any], as_json: bool, pending: bool) -> None:
         return
     import time
 
-    for r in requests:
-        line = f"{r.id}  {r.kind.value:<12} {r.status.value:<9} {r.text}"
+    indent = " " * 18
+    for r in requests:  # the text, choices and names are an agent's or a remote person's: shown, not obeyed
+        line = f"{r.id}  {r.kind.value:<12} {r.status.value:<9} {block(r.text, indent)}"
         if r.choices:
-            line += f"  [{' / '.join(r.choices)}]"
+            line += f"  [{' / '.join(visible(c, newlines=False) for c in r.choices)}]"
         print(line)
         if pending and r.expires_at:
             left = format_duration(r.expires_at - time.time())
-            print(f"{'':18}expires in {left}, from {r.client_name or '?'}")
+            print(f"{indent}expires in {left}, from {visible(r.client_name or '?', newlines=False)}")
         elif not pending and r.status.value != "pending":
             who = f" by {r.responder} via {r.channel}" if r.responder else ""
-            print(f"{'':18}{r.status.value}{who} at {iso(r.closed_at)}")
+            print(f"{indent}{r.status.value}{visible(who, newlines=False)} at {iso(r.closed_at)}")
 
 
 def _resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
@@ -296,18 +298,15 @@ def _resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
             reply = Reply(channel="cli", responder=f"{getpass.getuser()} (terminal)", **reply_fields)
             try:
                 verdict = await broker.resolve(request_id, reply)
-            except ReplyInvalid as exc:
-                print(f"hitl-mcp: {exc}", file=sys.stderr)
+            except (ReplyInvalid, NotFound) as exc:  # may quote the agent's choices
+                print(f"hitl-mcp: {visible(exc, newlines=False)}", file=sys.stderr)
                 return 1
-            except NotFound as exc:
-                print(f"hitl-mcp: {exc}", file=sys.stderr)
-                return 1
-            if not verdict.won:
-                print(f"hitl-mcp: not recorded: {verdict.reason}", file=sys.stderr)
+            if not verdict.won:  # names who answered, as their channel knows them
+                print(f"hitl-mcp: not recorded: {visible(verdict.reason, newlines=False)}", file=sys.stderr)
                 return 1
             r = verdict.request
             what = r.answer if r.kind.value == "question" else ("approved" if r.approved else "denied")
-            print(f"{r.id}: {what}")
+            print(f"{r.id}: {visible(what, newlines=False)}")
             return 0
 
     return _run(go)
