@@ -101,9 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = command("audit", cmd_audit_verify, "check the audit log")
+    p = command("audit", cmd_audit, "check the audit log (verify), or show its head and last anchor (head)")
     common(p)
-    p.add_argument("action", choices=["verify"])
+    p.add_argument("action", choices=["verify", "head"])
+    p.add_argument("--anchor", help="the anchors to check against (default: audit.anchor in the state dir)")
     return parser
 
 
@@ -219,12 +220,13 @@ def cmd_test_channel(args: argparse.Namespace) -> int:
 
 @contextlib.asynccontextmanager
 async def _broker(args: argparse.Namespace) -> AsyncIterator[Any]:
+    from hitl_mcp.anchor import configured_anchor
     from hitl_mcp.broker import Broker, Defaults
     from hitl_mcp.runtime import DB_FILE
     from hitl_mcp.store.sqlite import SqliteStore
 
-    _, state_dir = _config(args)
-    store = SqliteStore(state_dir / DB_FILE)
+    config, state_dir = _config(args)
+    store = SqliteStore(state_dir / DB_FILE, configured_anchor(config, state_dir))
     await store.open()
     try:
         yield Broker(store, {}, Defaults({}, {}), state_dir=state_dir)
@@ -333,15 +335,13 @@ def cmd_deny(args: argparse.Namespace) -> int:
     return _resolve_cmd(args, decision="deny", comment=args.comment)
 
 
-def cmd_audit_verify(args: argparse.Namespace) -> int:
+def cmd_audit(args: argparse.Namespace) -> int:
+    from hitl_mcp.cli_audit import audit_head, audit_verify
+
     async def go() -> int:
         async with _broker(args) as broker:
-            verdict = await broker.store.verify_audit()
-        if verdict.ok:
-            print(f"audit log intact: {verdict.rows} rows")
-            return 0
-        print(f"audit log BROKEN at row {verdict.bad_seq}: {verdict.reason}", file=sys.stderr)
-        return 1
+            anchor_file = Path(args.anchor) if args.anchor else broker.store.anchor.path
+            return await (audit_verify if args.action == "verify" else audit_head)(broker.store, anchor_file)
 
     return _run(go)
 

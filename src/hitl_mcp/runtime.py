@@ -105,9 +105,10 @@ class Runtime:
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Open the store, start the channels and the broker's loops; runs until cancelled."""
+        from hitl_mcp.anchor import configured_anchor
         from hitl_mcp.store.sqlite import SqliteStore
 
-        store = SqliteStore(self.state_dir / DB_FILE)
+        store = SqliteStore(self.state_dir / DB_FILE, configured_anchor(self.config, self.state_dir))
         channels: list[Channel] = []
         try:
             try:
