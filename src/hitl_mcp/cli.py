@@ -12,6 +12,8 @@ import contextlib
 import getpass
 import json
 import logging
+import os
+import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -33,6 +35,10 @@ from hitl_mcp.terminal import block, visible
 log = logging.getLogger("hitl_mcp")
 
 
+class CliError(Exception):
+    """Said on one line, and the command exits 1."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -44,6 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"hitl-mcp: config error: {exc}", file=sys.stderr)
         return 2
+    except CliError as exc:
+        print(f"hitl-mcp: {exc}", file=sys.stderr)
+        return 1
+    except (OSError, sqlite3.Error) as exc:  # the state directory or the database, after it opened
+        print(f"hitl-mcp: {_storage_error(exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 
@@ -74,8 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", nargs="?", default="hitl.yaml")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
 
-    p = command("check", cmd_check, "validate a config and print it, secrets masked")
-    p.add_argument("--config", "-c", help="the YAML config (default: the embedded default)")
+    p = command("check", cmd_check, "validate a config and print it, secrets masked; check the database")
+    common(p)
 
     p = command("test-channel", cmd_test_channel, "send a test message through one channel")
     common(p)
@@ -162,10 +174,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     from hitl_mcp.channels import channel_module
     from hitl_mcp.channels.base import Channel, DeliveryError
 
-    config = load_config(args.config)
+    config, state_dir = _config(args)
     print(f"# {config.source or 'embedded default'}: valid")
     print(yaml.safe_dump(effective_config(config), sort_keys=False), end="")
-    failed = 0
+    failed = _check_database(state_dir)
 
     async def probe(name: str, channel: Channel) -> None:
         nonlocal failed
@@ -184,6 +196,24 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     anyio.run(probe_all)
     return 1 if failed else 0
+
+
+def _check_database(state_dir: Path) -> int:
+    """The state directory's database, if there is one: is it whole? 1 when it is not."""
+    from hitl_mcp.runtime import DB_FILE
+    from hitl_mcp.store.health import damaged_message, database_damage
+
+    path = state_dir / DB_FILE
+    try:
+        damage = database_damage(path)
+    except (OSError, sqlite3.Error) as exc:
+        print(f"hitl-mcp: {_storage_error(exc, path)}", file=sys.stderr)
+        return 1
+    if damage:
+        print(f"hitl-mcp: {damaged_message(path, damage)}", file=sys.stderr)
+        return 1
+    print(f"# database {path}: {'whole' if path.exists() else 'none yet'}")
+    return 0
 
 
 def cmd_test_channel(args: argparse.Namespace) -> int:
@@ -227,11 +257,33 @@ async def _broker(args: argparse.Namespace) -> AsyncIterator[Any]:
 
     config, state_dir = _config(args)
     store = SqliteStore(state_dir / DB_FILE, configured_anchor(config, state_dir))
-    await store.open()
+    try:
+        await store.open()
+    except (OSError, sqlite3.Error) as exc:
+        await store.close()
+        raise CliError(_storage_error(exc, store.path)) from None
     try:
         yield Broker(store, {}, Defaults({}, {}), state_dir=state_dir)
+    except sqlite3.Error as exc:
+        raise CliError(_storage_error(exc, store.path)) from None
     finally:
         await store.close()
+
+
+def _storage_error(exc: BaseException, db: Path | None = None) -> str:
+    """One line for a database or state directory that failed, saying which and why."""
+    from hitl_mcp.store.health import damaged_message, is_damage
+
+    if isinstance(exc, OSError):
+        where = exc.filename or db
+        return f"cannot use {where}: {exc.strerror or exc}" if where else f"the state directory failed: {exc}"
+    where = db or "the database"
+    if is_damage(exc):
+        return damaged_message(Path(where), str(exc))
+    reason = str(exc)
+    if db is not None and db.parent.is_dir() and not os.access(db.parent, os.W_OK):
+        reason += f" (the state directory {db.parent} is read-only)"
+    return f"cannot use the database at {where}: {reason}"
 
 
 def _run(fn: Callable[..., Any], *args: Any) -> int:

@@ -67,6 +67,18 @@ def prepare_state_dir(state_dir: Path) -> None:
         raise ConfigRefused(f"cannot write the state directory {state_dir}: {exc.strerror or exc}") from None
 
 
+def check_database(path: Path) -> None:
+    """Refuse a damaged database before anything is served or announced."""
+    from hitl_mcp.store.health import damaged_message, database_damage
+
+    try:
+        damage = database_damage(path)
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreUnavailable(f"cannot keep requests: the database {path} failed: {exc}") from None
+    if damage:
+        raise StoreUnavailable(damaged_message(path, damage))
+
+
 class Runtime:
     def __init__(self, config: Config, state_dir: Path) -> None:
         self.config = config
@@ -280,6 +292,7 @@ async def serve(config: Config, state_dir: Path, transport: Transport, host: str
             "(channels.<web>.token in the config, or $HITL_WEB_TOKEN)"
         )
     prepare_state_dir(state_dir)
+    check_database(state_dir / DB_FILE)
     runtime = Runtime(config, state_dir)
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     if host not in ("0.0.0.0", "::"):  # a wildcard is no address for a browser: needs public_url
