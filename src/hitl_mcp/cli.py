@@ -97,14 +97,21 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--json", action="store_true", help="print JSON")
 
+    def through_api(p: argparse.ArgumentParser) -> None:
+        """Used when server.cli.require_token is set: the answer goes through the server's API."""
+        p.add_argument("--url", help="the server's base URL (default: from server.http)")
+        p.add_argument("--token-file", help="a file holding the web token (default: $HITL_WEB_TOKEN)")
+
     p = command("answer", cmd_answer, "answer a question")
     common(p)
+    through_api(p)
     p.add_argument("id", help="the request id (or a unique start of it)")
     p.add_argument("text", help="the answer: free text or one of the choices")
 
     for name, func in (("approve", cmd_approve), ("deny", cmd_deny)):
         p = command(name, func, f"{name} a pending approval")
         common(p)
+        through_api(p)
         p.add_argument("id", help="the request id (or a unique start of it)")
         p.add_argument("--comment", help="a note for the agent")
 
@@ -342,6 +349,12 @@ def _print_requests(requests: list[Any], as_json: bool, pending: bool) -> None:
 def _resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
     from hitl_mcp.broker import NotFound, ReplyInvalid
     from hitl_mcp.models import Reply
+
+    config, _ = _config(args)
+    if config.server.cli.require_token:  # never the database itself: the server's API, with the token
+        from hitl_mcp.cli_remote import answer_via_api
+
+        return answer_via_api(config, args, reply_fields)
 
     async def go() -> int:
         async with _broker(args) as broker:
