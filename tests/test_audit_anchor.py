@@ -75,9 +75,11 @@ def anchor_lines(state_dir: Path) -> list[tuple[int, str]]:
 
 
 async def test_anchor_is_appended_at_each_settle_by_whichever_process_settled(state_dir: Path) -> None:
-    (state_dir / "audit.anchor").write_text("")
-    os.chmod(state_dir / "audit.anchor", 0o600)
-    await settle_some(state_dir)
+    umask = os.umask(0o022)  # a usual umask: the file's mode 0600 must be the code's doing
+    try:
+        await settle_some(state_dir)
+    finally:
+        os.umask(umask)
     db = sqlite3.connect(state_dir / "hitl.sqlite3")
     chain = dict(db.execute("SELECT seq, hash FROM audit"))
     settles = [s for (s,) in db.execute("SELECT seq FROM audit WHERE event IN ('answered', 'cancelled')")]

@@ -288,7 +288,9 @@ def _storage_error(exc: BaseException, db: Path | None = None) -> str:
     if is_damage(exc):
         return damaged_message(Path(where), str(exc))
     reason = str(exc)
-    if db is not None and db.parent.is_dir() and not os.access(db.parent, os.W_OK):
+    if db is not None and db.parent.is_dir() and not os.access(db.parent, os.R_OK | os.X_OK):
+        reason += f" (this user cannot read the state directory {db.parent})"
+    elif db is not None and db.parent.is_dir() and not os.access(db.parent, os.W_OK):
         reason += f" (the state directory {db.parent} is read-only)"
     return f"cannot use the database at {where}: {reason}"
 

@@ -23,7 +23,7 @@ def is_damage(exc: BaseException) -> bool:
 def damaged_message(path: Path, reason: str) -> str:
     return (
         f"the database at {path} is damaged: {reason} "
-        "(move it aside, with its -wal and -shm files, to start afresh, or restore a copy)"
+        "(to start afresh, move it aside with its -wal, -shm and audit.anchor files; or restore a copy)"
     )
 
 
