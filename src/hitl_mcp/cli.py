@@ -12,7 +12,6 @@ import contextlib
 import getpass
 import json
 import logging
-import os
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -54,7 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hitl-mcp: {exc}", file=sys.stderr)
         return 1
     except (OSError, sqlite3.Error) as exc:  # the state directory or the database, after it opened
-        print(f"hitl-mcp: {_storage_error(exc)}", file=sys.stderr)
+        from hitl_mcp.store.health import storage_error
+
+        print(f"hitl-mcp: {storage_error(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -208,16 +209,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _check_database(state_dir: Path) -> int:
     """The state directory's database, if there is one: is it whole? 1 when it is not."""
     from hitl_mcp.runtime import DB_FILE
-    from hitl_mcp.store.health import damaged_message, database_damage
+    from hitl_mcp.store.health import database_problem
 
     path = state_dir / DB_FILE
-    try:
-        damage = database_damage(path)
-    except (OSError, sqlite3.Error) as exc:
-        print(f"hitl-mcp: {_storage_error(exc, path)}", file=sys.stderr)
-        return 1
-    if damage:
-        print(f"hitl-mcp: {damaged_message(path, damage)}", file=sys.stderr)
+    problem = database_problem(path)
+    if problem:
+        print(f"hitl-mcp: {problem}", file=sys.stderr)
         return 1
     print(f"# database {path}: {'whole' if path.exists() else 'none yet'}")
     return 0
@@ -260,6 +257,7 @@ async def _broker(args: argparse.Namespace) -> AsyncIterator[Any]:
     from hitl_mcp.anchor import configured_anchor
     from hitl_mcp.broker import Broker, Defaults
     from hitl_mcp.runtime import DB_FILE
+    from hitl_mcp.store.health import storage_error
     from hitl_mcp.store.sqlite import SqliteStore
 
     config, state_dir = _config(args)
@@ -268,31 +266,13 @@ async def _broker(args: argparse.Namespace) -> AsyncIterator[Any]:
         await store.open()
     except (OSError, sqlite3.Error) as exc:
         await store.close()
-        raise CliError(_storage_error(exc, store.path)) from None
+        raise CliError(storage_error(exc, store.path)) from None
     try:
         yield Broker(store, {}, Defaults({}, {}), state_dir=state_dir)
     except sqlite3.Error as exc:
-        raise CliError(_storage_error(exc, store.path)) from None
+        raise CliError(storage_error(exc, store.path)) from None
     finally:
         await store.close()
-
-
-def _storage_error(exc: BaseException, db: Path | None = None) -> str:
-    """One line for a database or state directory that failed, saying which and why."""
-    from hitl_mcp.store.health import damaged_message, is_damage
-
-    if isinstance(exc, OSError):
-        where = exc.filename or db
-        return f"cannot use {where}: {exc.strerror or exc}" if where else f"the state directory failed: {exc}"
-    where = db or "the database"
-    if is_damage(exc):
-        return damaged_message(Path(where), str(exc))
-    reason = str(exc)
-    if db is not None and db.parent.is_dir() and not os.access(db.parent, os.R_OK | os.X_OK):
-        reason += f" (this user cannot read the state directory {db.parent})"
-    elif db is not None and db.parent.is_dir() and not os.access(db.parent, os.W_OK):
-        reason += f" (the state directory {db.parent} is read-only)"
-    return f"cannot use the database at {where}: {reason}"
 
 
 def _run(fn: Callable[..., Any], *args: Any) -> int:

@@ -69,14 +69,11 @@ def prepare_state_dir(state_dir: Path) -> None:
 
 def check_database(path: Path) -> None:
     """Refuse a damaged database before anything is served or announced."""
-    from hitl_mcp.store.health import damaged_message, database_damage
+    from hitl_mcp.store.health import database_problem
 
-    try:
-        damage = database_damage(path)
-    except (OSError, sqlite3.Error) as exc:
-        raise StoreUnavailable(f"cannot keep requests: the database {path} failed: {exc}") from None
-    if damage:
-        raise StoreUnavailable(damaged_message(path, damage))
+    problem = database_problem(path)
+    if problem:
+        raise StoreUnavailable(problem)
 
 
 class Runtime:

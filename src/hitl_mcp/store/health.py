@@ -8,6 +8,7 @@ the whole file once: a few milliseconds for a typical database, under 0.1 s for 
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -47,3 +48,29 @@ def database_damage(path: Path) -> str | None:
     if not problems:
         return None
     return problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+
+
+def database_problem(path: Path) -> str | None:
+    """One line saying why the database at ``path`` cannot serve (damaged, or not to be opened)."""
+    try:
+        damage = database_damage(path)
+    except (OSError, sqlite3.Error) as exc:
+        return storage_error(exc, path)
+    return damaged_message(path, damage) if damage else None
+
+
+def storage_error(exc: BaseException, db: Path | None = None) -> str:
+    """One line for a database or state directory that failed, saying which and why."""
+    if isinstance(exc, OSError):
+        where = exc.filename or db
+        return f"cannot use {where}: {exc.strerror or exc}" if where else f"the state directory failed: {exc}"
+    if db is None:
+        return f"the database failed: {exc}"
+    if is_damage(exc):
+        return damaged_message(db, str(exc))
+    reason = str(exc)
+    if db.parent.is_dir() and not os.access(db.parent, os.R_OK | os.X_OK):
+        reason += f" (this user cannot read the state directory {db.parent})"
+    elif db.parent.is_dir() and not os.access(db.parent, os.W_OK):
+        reason += f" (the state directory {db.parent} is read-only)"
+    return f"cannot use the database at {db}: {reason}"
