@@ -1,4 +1,5 @@
-"""What the CLI prints of an agent's text: control characters are shown, never sent to the terminal."""
+"""What the CLI and the server's log print of an agent's text: control characters are shown, never sent
+to the terminal."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.types import Implementation
 
-from tests.conftest import cli, running, sc
+from tests.conftest import PYTHON, cli, free_port, running, sc, serve_args, server_env, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -65,3 +67,17 @@ async def test_pending_history_and_answer_show_control_characters(state_dir: Pat
         assert not any(c in out for c in RAW), repr(out)
         texts = {r["id"]: r["text"] for r in json.loads(out)}
         assert texts[approval["request_id"]] == HOSTILE
+
+
+async def test_server_log_lines_show_an_agents_control_characters(tmp_path: Path, state_dir: Path) -> None:
+    """A client's name reaches the server's log (the host's form skipped for it): shown, not obeyed."""
+    port = free_port()
+    config = write_config(tmp_path / "hitl.yaml", port)
+    params = StdioServerParameters(command=PYTHON, args=serve_args(config), env=server_env(state_dir))
+    agent = Implementation(name="agent\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2K", version="1")
+    with open(tmp_path / "err", "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), client_info=agent, mode="legacy") as client:
+            sc(await client.call_tool("ask_user", {"question": "Which?", "wait_seconds": 0}))
+    log = (tmp_path / "err").read_text()
+    assert "the host's form is skipped for agent\\x1b]52;c;cm0gLXJmIH4=\\x07\\x1b[2K: " in log, log
+    assert not any(c in log for c in RAW), repr(log)

@@ -128,9 +128,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Visible(logging.Formatter):
+    """Log lines quote agents (a client's name) and providers: their control characters are shown."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record))
+
+
 def setup_logging(level: str = "info") -> None:
     handler = logging.StreamHandler(sys.stderr)  # stdout belongs to the stdio transport
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(_Visible("%(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
