@@ -203,6 +203,8 @@ class Anchorer:
                     failing.discard("url")
                 except Exception as exc:  # never the URL itself in a log line: it may hold a secret
                     reason = getattr(exc, "reason", None) or type(exc).__name__
+                    if getattr(exc, "code", None):  # an HTTPError: the receiver answered, but not 2xx
+                        reason = f"HTTP {exc.code} {reason}"  # type: ignore[attr-defined]
                     _warn_once(failing, "url", f"to server.audit_anchor.url: {reason}")
         if syslog is not None:
             syslog.close()
