@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
-from hitl_mcp.models import canonical_json
+from hitl_mcp.models import Request, canonical_json
 
 GENESIS = "0" * 64
 
@@ -66,3 +67,74 @@ def verify(rows: Iterable[AuditRow]) -> Verdict:
         prev = row.hash
         last_seq = row.seq
     return Verdict(True, count)
+
+
+SETTLING_EVENTS = ("answered", "expired", "cancelled")
+#: what a request's "created" row says of it, and the field of the request that must match
+CREATED_FIELDS = ("kind", "text", "payload_sha256", "expires_at", "channels")
+
+
+def check_requests(requests: Iterable[Request], rows: Iterable[AuditRow], limit: int = 20) -> list[str]:
+    """One line per request whose row departs from its audit rows: what it asked (kind, text, payload
+    hash, expiry, channels, from its ``created`` row) and how it settled (status, answer, choice,
+    approved, comment, responder, channel and time, from its ``answered``/``expired``/``cancelled``
+    row). The requests table is not hash-chained itself; this ties it to the chain. At most
+    ``limit`` lines, then a count of the rest."""
+    created: dict[str, AuditRow] = {}
+    settled: dict[str, list[AuditRow]] = {}
+    for row in rows:
+        if row.request_id is None:
+            continue
+        if row.event == "created":
+            created.setdefault(row.request_id, row)
+        elif row.event in SETTLING_EVENTS:
+            settled.setdefault(row.request_id, []).append(row)
+    problems: list[str] = []
+    seen: set[str] = set()
+    for request in requests:
+        seen.add(request.id)
+        problem = _request_problem(request, created.get(request.id), settled.get(request.id, []))
+        if problem:
+            problems.append(f"request {request.id} does not match the audit log: {problem}")
+    for request_id, row in created.items():
+        if request_id not in seen:
+            problems.append(
+                f"request {request_id} is in the audit log (row {row.seq}) but not in the database"
+            )
+    if len(problems) > limit:
+        problems[limit:] = [f"... and {len(problems) - limit} more requests that do not match"]
+    return problems
+
+
+def _request_problem(request: Request, created: AuditRow | None, settles: list[AuditRow]) -> str:
+    if created is None:
+        return "it has no 'created' row"
+    for name in CREATED_FIELDS:
+        have = getattr(request, name)
+        have = have.value if isinstance(have, Enum) else have
+        if created.data.get(name) != have:
+            return f"its {name} differs from row {created.seq} ('created')"
+    if len(settles) > 1:
+        return f"it settled more than once (rows {', '.join(str(r.seq) for r in settles)})"
+    if not settles:
+        if request.status.value in SETTLING_EVENTS:
+            return f"it is {request.status.value} but no audit row settled it"
+        return ""
+    row = settles[0]
+    answered = row.event == "answered"
+    expected: dict[str, Any] = {
+        "status": row.event,
+        "answer": row.data.get("answer"),
+        "choice": row.data.get("choice"),
+        "approved": row.data.get("approved"),
+        "comment": row.data.get("comment"),
+        "responder": row.actor if answered else None,
+        "channel": row.data.get("channel") if answered else None,
+        "closed_at": row.at,
+    }
+    for name, want in expected.items():
+        have = getattr(request, name)
+        have = have.value if isinstance(have, Enum) else have
+        if have != want:
+            return f"its {name} differs from row {row.seq} ('{row.event}')"
+    return ""

@@ -12,6 +12,7 @@ import contextlib
 import getpass
 import json
 import logging
+import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -28,8 +29,13 @@ from hitl_mcp.config import (
     resolve_state_dir,
     starter_config_text,
 )
+from hitl_mcp.terminal import block, visible
 
 log = logging.getLogger("hitl_mcp")
+
+
+class CliError(Exception):
+    """Said on one line, and the command exits 1."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,6 +49,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"hitl-mcp: config error: {exc}", file=sys.stderr)
         return 2
+    except CliError as exc:
+        print(f"hitl-mcp: {exc}", file=sys.stderr)
+        return 1
+    except (OSError, sqlite3.Error) as exc:  # the state directory or the database, after it opened
+        from hitl_mcp.store.health import storage_error
+
+        print(f"hitl-mcp: {storage_error(exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 
@@ -73,8 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", nargs="?", default="hitl.yaml")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
 
-    p = command("check", cmd_check, "validate a config and print it, secrets masked")
-    p.add_argument("--config", "-c", help="the YAML config (default: the embedded default)")
+    p = command("check", cmd_check, "validate a config and print it, secrets masked; check the database")
+    common(p)
 
     p = command("test-channel", cmd_test_channel, "send a test message through one channel")
     common(p)
@@ -84,14 +98,21 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--json", action="store_true", help="print JSON")
 
+    def through_api(p: argparse.ArgumentParser) -> None:
+        """Used when server.cli.require_token is set: the answer goes through the server's API."""
+        p.add_argument("--url", help="the server's base URL (default: from server.http)")
+        p.add_argument("--token-file", help="a file holding the web token (default: $HITL_WEB_TOKEN)")
+
     p = command("answer", cmd_answer, "answer a question")
     common(p)
+    through_api(p)
     p.add_argument("id", help="the request id (or a unique start of it)")
     p.add_argument("text", help="the answer: free text or one of the choices")
 
     for name, func in (("approve", cmd_approve), ("deny", cmd_deny)):
         p = command(name, func, f"{name} a pending approval")
         common(p)
+        through_api(p)
         p.add_argument("id", help="the request id (or a unique start of it)")
         p.add_argument("--comment", help="a note for the agent")
 
@@ -104,15 +125,23 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--all", action="store_true", help="end every inbox session (required)")
 
-    p = command("audit", cmd_audit_verify, "check the audit log")
+    p = command("audit", cmd_audit, "check the audit log (verify), or show its head and last anchor (head)")
     common(p)
-    p.add_argument("action", choices=["verify"])
+    p.add_argument("action", choices=["verify", "head"])
+    p.add_argument("--anchor", help="the anchors to check against (default: audit.anchor in the state dir)")
     return parser
+
+
+class _Visible(logging.Formatter):
+    """Log lines quote agents (a client's name) and providers: their control characters are shown."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record))
 
 
 def setup_logging(level: str = "info") -> None:
     handler = logging.StreamHandler(sys.stderr)  # stdout belongs to the stdio transport
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(_Visible("%(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
@@ -164,10 +193,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     from hitl_mcp.channels import channel_module
     from hitl_mcp.channels.base import Channel, DeliveryError
 
-    config = load_config(args.config)
+    config, state_dir = _config(args)
     print(f"# {config.source or 'embedded default'}: valid")
     print(yaml.safe_dump(effective_config(config), sort_keys=False), end="")
-    failed = 0
+    failed = _check_database(state_dir)
 
     async def probe(name: str, channel: Channel) -> None:
         nonlocal failed
@@ -186,6 +215,20 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     anyio.run(probe_all)
     return 1 if failed else 0
+
+
+def _check_database(state_dir: Path) -> int:
+    """The state directory's database, if there is one: is it whole? 1 when it is not."""
+    from hitl_mcp.runtime import DB_FILE
+    from hitl_mcp.store.health import database_problem
+
+    path = state_dir / DB_FILE
+    problem = database_problem(path)
+    if problem:
+        print(f"hitl-mcp: {problem}", file=sys.stderr)
+        return 1
+    print(f"# database {path}: {'whole' if path.exists() else 'none yet'}")
+    return 0
 
 
 def cmd_test_channel(args: argparse.Namespace) -> int:
@@ -222,15 +265,23 @@ def cmd_test_channel(args: argparse.Namespace) -> int:
 
 @contextlib.asynccontextmanager
 async def _broker(args: argparse.Namespace) -> AsyncIterator[Any]:
+    from hitl_mcp.anchor import configured_anchor
     from hitl_mcp.broker import Broker, Defaults
     from hitl_mcp.runtime import DB_FILE
+    from hitl_mcp.store.health import storage_error
     from hitl_mcp.store.sqlite import SqliteStore
 
-    _, state_dir = _config(args)
-    store = SqliteStore(state_dir / DB_FILE)
-    await store.open()
+    config, state_dir = _config(args)
+    store = SqliteStore(state_dir / DB_FILE, configured_anchor(config, state_dir))
+    try:
+        await store.open()
+    except (OSError, sqlite3.Error) as exc:
+        await store.close()
+        raise CliError(storage_error(exc, store.path)) from None
     try:
         yield Broker(store, {}, Defaults({}, {}), state_dir=state_dir)
+    except sqlite3.Error as exc:
+        raise CliError(storage_error(exc, store.path)) from None
     finally:
         await store.close()
 
@@ -278,22 +329,29 @@ def _print_requests(requests: list[Any], as_json: bool, pending: bool) -> None:
         return
     import time
 
-    for r in requests:
-        line = f"{r.id}  {r.kind.value:<12} {r.status.value:<9} {r.text}"
+    indent = " " * 18
+    for r in requests:  # the text, choices and names are an agent's or a remote person's: shown, not obeyed
+        line = f"{r.id}  {r.kind.value:<12} {r.status.value:<9} {block(r.text, indent)}"
         if r.choices:
-            line += f"  [{' / '.join(r.choices)}]"
+            line += f"  [{' / '.join(visible(c, newlines=False) for c in r.choices)}]"
         print(line)
         if pending and r.expires_at:
             left = format_duration(r.expires_at - time.time())
-            print(f"{'':18}expires in {left}, from {r.client_name or '?'}")
+            print(f"{indent}expires in {left}, from {visible(r.client_name or '?', newlines=False)}")
         elif not pending and r.status.value != "pending":
             who = f" by {r.responder} via {r.channel}" if r.responder else ""
-            print(f"{'':18}{r.status.value}{who} at {iso(r.closed_at)}")
+            print(f"{indent}{r.status.value}{visible(who, newlines=False)} at {iso(r.closed_at)}")
 
 
 def _resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
     from hitl_mcp.broker import NotFound, ReplyInvalid
     from hitl_mcp.models import Reply
+
+    config, _ = _config(args)
+    if config.server.cli.require_token:  # never the database itself: the server's API, with the token
+        from hitl_mcp.cli_remote import answer_via_api
+
+        return answer_via_api(config, args, reply_fields)
 
     async def go() -> int:
         async with _broker(args) as broker:
@@ -309,18 +367,15 @@ def _resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
             reply = Reply(channel="cli", responder=f"{getpass.getuser()} (terminal)", **reply_fields)
             try:
                 verdict = await broker.resolve(request_id, reply)
-            except ReplyInvalid as exc:
-                print(f"hitl-mcp: {exc}", file=sys.stderr)
+            except (ReplyInvalid, NotFound) as exc:  # may quote the agent's choices
+                print(f"hitl-mcp: {visible(exc, newlines=False)}", file=sys.stderr)
                 return 1
-            except NotFound as exc:
-                print(f"hitl-mcp: {exc}", file=sys.stderr)
-                return 1
-            if not verdict.won:
-                print(f"hitl-mcp: not recorded: {verdict.reason}", file=sys.stderr)
+            if not verdict.won:  # names who answered, as their channel knows them
+                print(f"hitl-mcp: not recorded: {visible(verdict.reason, newlines=False)}", file=sys.stderr)
                 return 1
             r = verdict.request
             what = r.answer if r.kind.value == "question" else ("approved" if r.approved else "denied")
-            print(f"{r.id}: {what}")
+            print(f"{r.id}: {visible(what, newlines=False)}")
             return 0
 
     return _run(go)
@@ -366,15 +421,13 @@ def cmd_logout(args: argparse.Namespace) -> int:
     return _run(go)
 
 
-def cmd_audit_verify(args: argparse.Namespace) -> int:
+def cmd_audit(args: argparse.Namespace) -> int:
+    from hitl_mcp.cli_audit import audit_head, audit_verify
+
     async def go() -> int:
         async with _broker(args) as broker:
-            verdict = await broker.store.verify_audit()
-        if verdict.ok:
-            print(f"audit log intact: {verdict.rows} rows")
-            return 0
-        print(f"audit log BROKEN at row {verdict.bad_seq}: {verdict.reason}", file=sys.stderr)
-        return 1
+            anchor_file = Path(args.anchor) if args.anchor else broker.store.anchor.path
+            return await (audit_verify if args.action == "verify" else audit_head)(broker.store, anchor_file)
 
     return _run(go)
 

@@ -57,6 +57,8 @@ from hitl_mcp.channels.base import ChannelConfig
 __all__ = [
     "MAX_BYTES",
     "MAX_NODES",
+    "AuditAnchorConfig",
+    "CliConfig",
     "Config",
     "ConfigError",
     "Defaults",
@@ -284,6 +286,55 @@ class HttpConfig(_Section):
     """A connection that has not sent its request line and headers within this is closed."""
 
 
+def _http_url(value: Any, example: str) -> Any:
+    """An http(s) URL with a host, or the error that says so (without the value: it may hold a secret)."""
+    if not isinstance(value, str):
+        return value  # the type's own validation reports it
+    try:
+        parts = urlsplit(value.strip())
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a bad port or IPv6 address
+        ok = False
+    if not ok:
+        raise PydanticCustomError(
+            "url", "expected an http:// or https:// URL such as {example}", {"example": example}
+        )
+    return value.strip()
+
+
+class AuditAnchorConfig(_Section):
+    """Where the audit chain's head goes besides ``audit.anchor`` in the state directory."""
+
+    syslog: bool | str = False
+    """``true``: the local syslog socket; a socket path; or ``host:port`` (UDP)."""
+    url: SecretStr | None = None
+    """Each anchor is POSTed here as JSON, from a thread: a failure never holds up a settle."""
+
+    @field_validator("syslog", mode="before")
+    @classmethod
+    def _check_syslog(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.startswith("/"):
+            host, _, port = value.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise PydanticCustomError(
+                    "syslog",
+                    "expected true, a socket path such as /dev/log, or host:port such as loghost:514",
+                )
+        return value
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _check_url(cls, value: Any) -> Any:
+        return None if value in (None, "") else _http_url(value, "https://logs.example.com/hitl-anchor")
+
+
+class CliConfig(_Section):
+    require_token: bool = False
+    """The answering verbs (answer, approve, deny) go through the running server's HTTP API with the
+    web token instead of writing the database; see docs/security-audit.md for when that separates
+    anything."""
+
+
 class ServerConfig(_Section):
     http: HttpConfig = Field(default_factory=HttpConfig)
     public_url: str | None = None
@@ -294,6 +345,8 @@ class ServerConfig(_Section):
     agent: Annotated[str, Field(min_length=1, max_length=100)] | None = None
     """An identity for the agent this server serves. A request belongs to the client that asked:
     this, with the MCP client's ``clientInfo.name``."""
+    audit_anchor: AuditAnchorConfig = Field(default_factory=AuditAnchorConfig)
+    cli: CliConfig = Field(default_factory=CliConfig)
 
     @field_validator("public_url", mode="before")
     @classmethod

@@ -69,6 +69,15 @@ def prepare_state_dir(state_dir: Path) -> None:
         raise ConfigRefused(f"cannot write the state directory {state_dir}: {exc.strerror or exc}") from None
 
 
+def check_database(path: Path) -> None:
+    """Refuse a damaged database before anything is served or announced."""
+    from hitl_mcp.store.health import database_problem
+
+    problem = database_problem(path)
+    if problem:
+        raise StoreUnavailable(problem)
+
+
 class Runtime:
     def __init__(self, config: Config, state_dir: Path) -> None:
         self.config = config
@@ -115,9 +124,10 @@ class Runtime:
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Open the store, start the channels and the broker's loops; runs until cancelled."""
+        from hitl_mcp.anchor import configured_anchor
         from hitl_mcp.store.sqlite import SqliteStore
 
-        store = SqliteStore(self.state_dir / DB_FILE)
+        store = SqliteStore(self.state_dir / DB_FILE, configured_anchor(self.config, self.state_dir))
         channels: list[Channel] = []
         try:
             try:
@@ -308,6 +318,7 @@ async def serve(config: Config, state_dir: Path, transport: Transport, host: str
             "(channels.<web>.token in the config, or $HITL_WEB_TOKEN)"
         )
     prepare_state_dir(state_dir)
+    check_database(state_dir / DB_FILE)
     runtime = Runtime(config, state_dir)
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     if host not in ("0.0.0.0", "::"):  # a wildcard is no address for a browser: needs public_url

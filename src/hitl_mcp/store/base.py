@@ -175,6 +175,14 @@ class Store(Protocol):
 
     async def verify_audit(self) -> Verdict: ...
 
+    async def audit_head(self) -> tuple[int, str] | None:
+        """The newest audit row's seq and hash."""
+        ...
+
+    async def all_requests(self) -> list[Request]:
+        """Every request, oldest first."""
+        ...
+
     async def maintain(self) -> None:
         """Housekeeping off the request path (e.g. WAL checkpoints); called every few seconds."""
         ...

@@ -23,7 +23,8 @@ import aiosqlite
 import anyio
 import anyio.to_thread
 
-from hitl_mcp.audit import GENESIS, AuditRow, Verdict, row_hash, verify
+from hitl_mcp.anchor import ANCHOR_FILE, Anchorer
+from hitl_mcp.audit import GENESIS, SETTLING_EVENTS, AuditRow, Verdict, row_hash, verify
 from hitl_mcp.models import Kind, Reply, Request, Status, now
 from hitl_mcp.store.base import Change, DeliveryRow, KeyConflict, ReplyRow, Settled, StoreError
 
@@ -165,15 +166,18 @@ MIGRATIONS: list[str] = [
     """,
 ]
 
-SETTLING_EVENTS = ("answered", "expired", "cancelled")
 AUTOCHECKPOINT_PAGES = 20_000  # about 80 MB of WAL
 #: how long a unit of work waits for another process's write lock before "database is locked"
 BUSY_TIMEOUT_MS = 10_000
 
 
 class SqliteStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, anchor: Anchorer | None = None) -> None:
         self.path = path
+        self.anchor = anchor or Anchorer(path.with_name(ANCHOR_FILE))
+        """Told the chain's head after each transaction that settled a request (see anchor.py)."""
+        self._head: tuple[int, str] | None = None
+        self._settled = False
         self._db: sqlite3.Connection | None = None
         self._waiting = anyio.Lock()
         """Held while a unit of work waits in a thread for another process: others queue behind it."""
@@ -214,6 +218,8 @@ class SqliteStore:
                 async with self._waiting:
                     self._db.close()
                 self._db = None
+            if self.anchor.remote:  # the last anchors for syslog or the URL, for a few seconds at most
+                await anyio.to_thread.run_sync(self.anchor.close)
 
     async def maintain(self) -> None:
         """Checkpoint the WAL into the database file, without blocking the request connection."""
@@ -286,6 +292,18 @@ class SqliteStore:
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (seq, at, request_id, event, actor, json.dumps(data, sort_keys=True), prev, digest),
         )
+        self._head = (seq, digest)
+        self._settled = self._settled or event in SETTLING_EVENTS
+
+    @contextmanager
+    def _settling(self, db: sqlite3.Connection) -> Iterator[None]:
+        """A write transaction that may settle a request: once it has committed, the chain's head
+        goes to the anchor (out of the database), whichever process this is."""
+        self._head, self._settled = None, False
+        with _transaction(db):
+            yield
+        if self._settled and self._head is not None:
+            self.anchor(*self._head)
 
     async def record(
         self, request_id: str | None, event: str, actor: str | None, data: dict[str, Any]
@@ -308,6 +326,21 @@ class SqliteStore:
 
     async def verify_audit(self) -> Verdict:
         return verify(await self.audit())
+
+    async def audit_head(self) -> tuple[int, str] | None:
+        def work(db: sqlite3.Connection) -> Any:
+            row = db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+            return (row["seq"], row["hash"]) if row else None
+
+        return await self._run(work)
+
+    async def all_requests(self) -> list[Request]:
+        """Every request, oldest first: for checking the table against the audit log."""
+
+        def work(db: sqlite3.Connection) -> Any:
+            return [_request(r) for r in db.execute("SELECT * FROM requests ORDER BY created_at")]
+
+        return await self._run(work)
 
     async def changes_since(self, seq: int, limit: int = 1000) -> list[Change]:
         def work(db: sqlite3.Connection) -> Any:
@@ -442,7 +475,7 @@ class SqliteStore:
         at = now()
 
         def work(db: sqlite3.Connection) -> Any:
-            with _transaction(db):
+            with self._settling(db):
                 row = db.execute("SELECT * FROM requests WHERE id = ?", (request_id,)).fetchone()
                 if row is None:
                     return None
@@ -522,7 +555,7 @@ class SqliteStore:
         at = now()
 
         def work(db: sqlite3.Connection) -> Any:
-            with _transaction(db):
+            with self._settling(db):
                 row = db.execute("SELECT * FROM requests WHERE id = ?", (request_id,)).fetchone()
                 if row is None:
                     return None

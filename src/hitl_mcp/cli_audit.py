@@ -1,0 +1,71 @@
+"""``hitl-mcp audit verify`` and ``audit head``: the audit log against itself, the requests table and
+the anchors kept outside the database (see anchor.py and docs/security-audit.md)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from hitl_mcp.anchor import Anchor, check_anchors, last_line, read_anchors
+from hitl_mcp.audit import SETTLING_EVENTS, check_requests, verify
+from hitl_mcp.models import iso
+from hitl_mcp.terminal import visible
+
+
+async def audit_verify(store: Any, anchor_file: Path) -> int:
+    """Print one line per problem found (stderr), or one line saying what was checked; 1 on a problem."""
+    rows = await store.audit()
+    requests = await store.all_requests()
+    problems: list[str] = []
+    chain = verify(rows)
+    if not chain.ok:
+        problems.append(f"audit log BROKEN at row {chain.bad_seq}: {chain.reason}")
+    problems += check_requests(requests, rows)
+    anchors, unreadable = _anchors(anchor_file)
+    problems += unreadable
+    if anchors:
+        problems += check_anchors(anchors, {row.seq: row.hash for row in rows})
+    settled = sum(r.status.value in SETTLING_EVENTS for r in requests)
+    if not anchors and settled:
+        problems.append(
+            f"audit log NOT ANCHORED: {settled} requests have settled but {anchor_file} holds no anchor "
+            "(removed, or the database predates anchors: the next settle starts them), so dropped or "
+            "rewritten rows cannot be detected"
+        )
+    for problem in problems:
+        print(visible(problem, newlines=False), file=sys.stderr)
+    if problems:
+        return 1
+    anchored = max((a.seq for a in anchors), default=0)
+    print(
+        f"audit log intact: {len(rows)} rows, {len(requests)} requests match it"
+        + (f", anchored up to row {anchored} ({len(anchors)} anchors in {anchor_file})" if anchors else "")
+    )
+    return 0
+
+
+async def audit_head(store: Any, anchor_file: Path) -> int:
+    head = await store.audit_head()
+    print(f"database: row {head[0]} {head[1]}" if head else "database: no audit rows yet")
+    line = last_line(anchor_file)
+    if line is None:
+        print(f"anchor:   none yet ({anchor_file})")
+        return 0
+    anchors, _ = read_anchors([line])
+    if not anchors:
+        print(f"anchor:   unreadable last line in {anchor_file}: {visible(line[:100], newlines=False)}")
+        return 1
+    a = anchors[0]
+    print(f"anchor:   row {a.seq} {a.hash} at {iso(a.at)} (last line of {anchor_file})")
+    return 0
+
+
+def _anchors(path: Path) -> tuple[list[Anchor], list[str]]:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            return read_anchors(fh)
+    except FileNotFoundError:
+        return [], []
+    except OSError as exc:
+        return [], [f"cannot read the anchors in {path}: {exc.strerror or exc}"]
