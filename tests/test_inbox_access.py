@@ -277,3 +277,82 @@ async def send_reply(inbox: Any, rid: str, body: dict[str, str]) -> None:
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
         r = await http.post(f"{inbox.url}/api/requests/{rid}/reply", json=body)
         assert r.status_code == 200, r.text
+
+
+# --- serious: the focus after an answer, the selection in forced colours -------------------------------
+
+
+async def focused(page: Page) -> str:
+    """What has the focus: its tag, and the request it belongs to, or its text."""
+    return await page.evaluate(
+        """() => {
+            const el = document.activeElement;
+            const card = el.closest("[data-id]");
+            return `${el.tagName.toLowerCase()}:${card ? card.dataset.id : el.textContent.trim()}`;
+        }"""
+    )
+
+
+async def test_after_an_answer_the_focus_goes_to_the_next_heading_or_the_status_never_body(
+    state_dir: Path, browser: Browser
+) -> None:
+    """However the answer is given: Tab+Enter, Ctrl+Enter in the reply, or a shortcut."""
+    async with inbox_and_page(state_dir, browser) as (inbox, _, page):
+        last = await ask(inbox, kind=Kind.QUESTION, text="Last one?")
+        typed = await ask(inbox, kind=Kind.QUESTION, text="Release name?")
+        keyed = await ask(inbox, text="Tag the release")
+        tabbed = await ask(inbox, text="Merge the branch")  # first on the page
+        await expect(page.locator("article.card")).to_have_count(4)
+        # Tab to Approve, Enter
+        await page.locator(f"#r-{tabbed} textarea").focus()
+        await page.keyboard.press("Tab")
+        await expect(page.locator(f"#r-{tabbed}").get_by_role("button", name="Approve")).to_be_focused()
+        await page.keyboard.press("Enter")
+        await expect(page.locator(f"#r-{tabbed}")).to_have_count(0)
+        await expect(page.locator(f"#r-{keyed} .card-title")).to_be_focused()
+        assert await focused(page) == f"h3:{keyed}"  # the heading itself, in the next card
+        # a shortcut
+        await keys_awake(page)
+        await page.keyboard.press("j")
+        await page.keyboard.press("a")
+        await expect(page.locator(f"#r-{keyed}")).to_have_count(0)
+        await expect(page.locator(f"#r-{typed} .card-title")).to_be_focused()
+        # Ctrl+Enter in the reply
+        await page.locator(f"#r-{typed} textarea").fill("Aurora")
+        await page.keyboard.press("Control+Enter")
+        await expect(page.locator(f"#r-{typed}")).to_have_count(0)
+        await expect(page.locator(f"#r-{last} .card-title")).to_be_focused()
+        # the last one: the focus goes to what the inbox now says
+        await page.locator(f"#r-{last} textarea").fill("yes")
+        await page.keyboard.press("Control+Enter")
+        await expect(page.get_by_text("Nothing is waiting for you.")).to_be_focused()
+        # on a request's own page: to the outcome
+        rid = await ask(inbox, text="Scale the workers")
+        await page.goto(f"{inbox.url}/requests/{rid}")
+        await page.get_by_role("button", name="Deny").focus()
+        await page.keyboard.press("Enter")
+        await expect(page.locator(".outcome-line")).to_be_focused()
+        await expect(page.locator(".outcome-line")).to_contain_text("Denied by web inbox user")
+
+
+async def test_the_selected_card_has_an_outline_that_survives_forced_colours(
+    state_dir: Path, browser: Browser
+) -> None:
+    async with inbox_and_page(state_dir, browser, forced_colors="active") as (inbox, _, page):
+        assert await page.evaluate("matchMedia('(forced-colors: active)').matches")
+        first = await ask(inbox, text="First")
+        second = await ask(inbox, text="Second")
+        await expect(page.locator("article.card")).to_have_count(2)
+        await page.keyboard.press("j")
+        selected, other = page.locator(f"#r-{second}"), page.locator(f"#r-{first}")
+        await expect(selected).to_have_class(_has("selected"))
+        style = (
+            "(el) => { const s = getComputedStyle(el); return [s.outlineStyle, parseFloat(s.outlineWidth)]; }"
+        )
+        kind, width = await selected.evaluate(style)
+        assert kind == "solid" and width >= 3, (kind, width)
+        assert (await other.evaluate(style))[0] == "none"
+        # the light theme draws it too, as a real outline rather than a shadow
+        await page.emulate_media(forced_colors="none")
+        kind, width = await selected.evaluate(style)
+        assert kind == "solid" and width >= 2
