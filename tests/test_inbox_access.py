@@ -19,7 +19,7 @@ from mcp import Client
 from hitl_mcp.broker import AskSpec
 from hitl_mcp.models import Kind
 from tests import test_inbox_browser as shared
-from tests.conftest import TOKEN
+from tests.conftest import ROOT, TOKEN
 from tests.test_inbox_browser import Browser, Call, Page, _has, api_get, expect, inbox_and_page, keys_awake
 
 # the same Chromium (a module fixture), event loop and skip rule as the other browser tests
@@ -356,3 +356,122 @@ async def test_the_selected_card_has_an_outline_that_survives_forced_colours(
         await page.emulate_media(forced_colors="none")
         kind, width = await selected.evaluate(style)
         assert kind == "solid" and width >= 2
+
+
+# --- axe-core on every page, light and dark, phone and desktop ------------------------------------------
+
+AXE = ROOT / "tests" / "ts" / "node_modules" / "axe-core" / "axe.min.js"
+AXE_RUN = """async (label) => {
+    const result = await axe.run(document, {
+        resultTypes: ["violations"],
+        rules: {"label-content-name-mismatch": {enabled: true}},
+    });
+    return result.violations.map((v) =>
+        `${label}: ${v.id} (${v.impact}) ${v.help}: ` + v.nodes.map((n) => n.target.join(" ")).join(", "));
+}"""
+
+
+async def seed_everything(inbox: Any) -> dict[str, str]:
+    """One of each thing the inbox shows."""
+    broker = await inbox.runtime.broker()
+
+    async def one(**kw: Any) -> str:
+        request, _ = await broker.ask(AskSpec(**{"client_name": "claude-code", "session_key": "s1", **kw}))
+        return request.id
+
+    done = await one(kind=Kind.QUESTION, text="Which test runner?")
+    await send_reply(inbox, done, {"text": "pytest"})
+    denied = await one(kind=Kind.APPROVAL, text="Delete the branches", payload={"b": ["x"]}, risk="medium")
+    await send_reply(inbox, denied, {"decision": "deny", "comment": "keep them"})
+    for level in ("info", "success", "warning", "error"):
+        await broker.notify(
+            AskSpec(kind=Kind.NOTIFICATION, text=f"A {level} message.", title=f"Build {level}", level=level)
+        )
+    await one(
+        kind=Kind.QUESTION, text="Which design?", choices=["Split", "Card", "Ask"], context="Both pass."
+    )
+    await one(kind=Kind.QUESTION, text="Changelog entry?", client_name="cursor", session_key="s2")
+    high = await one(
+        kind=Kind.APPROVAL,
+        text="Run the migration",
+        details="About 40 s.",
+        payload={"cmd": "alembic upgrade head" + " " * 12 + "&& echo done", "odd": "a\u200bb"},
+        risk="high",
+    )
+    return {"done": done, "denied": denied, "high": high}
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("width", [375, 1280])
+async def test_axe_finds_no_violation_on_any_inbox_page(
+    state_dir: Path, browser: Browser, scheme: str, width: int
+) -> None:
+    if not AXE.exists():
+        pytest.fail(f"no {AXE.relative_to(ROOT)}: run npm ci --prefix tests/ts")
+    size = PHONE if width == 375 else {"viewport": {"width": 1280, "height": 900}}
+    found: list[str] = []
+    async with inbox_and_page(state_dir, browser, color_scheme=scheme, **size) as (inbox, ctx, page):
+        await ctx.add_init_script(path=str(AXE))
+
+        async def check(label: str) -> None:
+            found.extend(await page.evaluate(AXE_RUN, f"{scheme} {width}px {label}"))
+
+        stranger = await browser.new_context(color_scheme=scheme, **size)
+        try:
+            await stranger.add_init_script(path=str(AXE))
+            other = await stranger.new_page()
+            for label, path in [("sign-in", "/"), ("bad login link", "/login?token=x"), ("link", "/link/x")]:
+                await other.goto(f"{inbox.url}{path}")
+                found.extend(await other.evaluate(AXE_RUN, f"{scheme} {width}px {label}"))
+        finally:
+            await stranger.close()
+
+        await page.reload()
+        await check("empty inbox")
+        ids = await seed_everything(inbox)
+        await page.reload()
+        await expect(page.locator("#live")).to_have_attribute("data-state", "on")
+        await expect(page.locator("article.card")).to_have_count(3)
+        await page.keyboard.press("a")  # nothing selected: a toast says so
+        await expect(page.locator("#toasts .toast")).to_have_count(1)
+        await page.keyboard.press("j")
+        await check("inbox, a card selected, a toast")
+        await page.keyboard.press("?")
+        await check("shortcuts dialog")
+        await page.keyboard.press("Escape")
+        await page.locator(f"#r-{ids['high']}").get_by_role("button", name="Approve").click()
+        await check("high-risk confirmation dialog")
+        await page.keyboard.press("Escape")
+        late = page.locator("article.card", has_text="Changelog entry?")
+        await late.locator("textarea").fill("Retries honour Retry-After")
+        await send_reply(inbox, await late.get_attribute("data-id") or "", {"text": "elsewhere"})
+        await late.get_by_role("button", name="Send").click()
+        await expect(page.locator(".late-note")).to_be_visible()
+        await check("a late answer")
+        for label, path in [
+            ("pending request", f"/requests/{ids['high']}"),
+            ("answered request", f"/requests/{ids['done']}"),
+            ("denied request", f"/requests/{ids['denied']}"),
+            ("history", "/history"),
+            ("history, nothing found", "/history?q=nothing-matches"),
+            ("not found", "/requests/nope"),
+        ]:
+            await page.goto(f"{inbox.url}{path}")
+            await check(label)
+        # the pages a form POST lands on without JavaScript: the confirmation and the late answer
+        for label, rid in [("confirmation page", ids["high"]), ("already answered page", ids["denied"])]:
+            await page.goto(f"{inbox.url}/requests/{rid if label.startswith('confirm') else ids['high']}")
+            await page.evaluate(
+                """(rid) => {
+                    const form = document.querySelector("form.approve-form");
+                    form.action = "/requests/" + rid + "/answer";
+                    const decision = document.createElement("input");
+                    Object.assign(decision, {type: "hidden", name: "decision", value: "approve"});
+                    form.append(decision);
+                    HTMLFormElement.prototype.submit.call(form);
+                }""",
+                rid,
+            )
+            await page.wait_for_url(f"{inbox.url}/requests/{rid}/answer")
+            await check(label)
+    assert found == [], "\n".join(found)
