@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -475,3 +476,156 @@ async def test_axe_finds_no_violation_on_any_inbox_page(
             await page.wait_for_url(f"{inbox.url}/requests/{rid}/answer")
             await check(label)
     assert found == [], "\n".join(found)
+
+
+# --- moderate: announcements, a late answer, names, words ----------------------------------------------
+
+
+async def test_notifications_are_announced_politely_and_errors_assertively(
+    state_dir: Path, browser: Browser
+) -> None:
+    async with inbox_and_page(state_dir, browser) as (inbox, _, page):
+        broker = await inbox.runtime.broker()
+
+        async def notify(text: str, title: str, level: str) -> None:
+            spec = AskSpec(
+                kind=Kind.NOTIFICATION, text=text, title=title, level=level, client_name="ci-agent"
+            )
+            await broker.notify(spec)
+
+        polite, assertive = page.locator("#say"), page.locator("#say-alert")
+        await expect(polite).to_have_attribute("role", "status")
+        await expect(assertive).to_have_attribute("role", "alert")
+        await notify("1,284 tests passed.", "Nightly build", "success")
+        await expect(polite).to_contain_text("Done from ci-agent: Nightly build. 1,284 tests passed.")
+        await notify("The disk on build-02 is full.", "Upload stopped", "error")
+        await expect(assertive).to_contain_text(
+            "Error from ci-agent: Upload stopped. The disk on build-02 is full."
+        )
+        await expect(polite).not_to_contain_text("disk on build-02")
+        # and the level is in words on the page, not only a colour
+        note = page.locator(".note", has_text="The disk on build-02 is full.")
+        await expect(note.locator(".badge")).to_have_text("Error")
+
+
+async def test_a_late_answer_keeps_its_message_on_the_page(state_dir: Path, browser: Browser) -> None:
+    async with inbox_and_page(state_dir, browser) as (inbox, _, page):
+        rid = await ask(inbox, kind=Kind.QUESTION, text="Name of the release?")
+        card = page.locator(f"#r-{rid}")
+        await card.get_by_label("Your answer").fill("Aurora")
+
+        async def held(route: Any) -> None:  # the page has not heard of the other answer yet
+            await (route.abort() if route.request.headers.get("x-live") else route.continue_())
+
+        await page.route(f"{inbox.url}/", held)
+        await send_reply(inbox, rid, {"text": "Borealis"})
+        await card.get_by_role("button", name="Send").click()
+        late = page.locator(".late-note")
+        await expect(late).to_contain_text(
+            "Your answer was not used: Already answered by web inbox user via web"
+        )
+        await expect(late).to_contain_text("Name of the release?")
+        await expect(late.locator(".late-title")).to_be_focused()
+        await page.unroute(f"{inbox.url}/")
+        await ask(inbox, kind=Kind.QUESTION, text="And the codename?")  # an event: the page refreshes
+        await expect(card).to_have_count(0)  # the live refresh ran, and the message stayed
+        await expect(page.locator("article.card", has_text="And the codename?")).to_be_visible()
+        await expect(late).to_be_visible()
+        await late.get_by_role("button", name="Close").click()
+        await expect(late).to_have_count(0)
+
+
+async def test_the_payload_is_a_named_region_and_the_phone_says_the_live_status_in_words(
+    state_dir: Path, browser: Browser
+) -> None:
+    async with inbox_and_page(state_dir, browser, **PHONE) as (inbox, _, page):
+        await expect(page.locator("#live")).to_contain_text("Live")
+        await expect(page.locator("#live .live-text")).to_be_visible()
+        rid = await ask(inbox, text="Ship it", payload={"tag": "v2"})
+        region = page.get_by_role("region", name=re.compile(r"^Exact payload · \d+ characters Ship it$"))
+        await expect(region).to_have_attribute("tabindex", "0")
+        await expect(region).to_contain_text('"tag": "v2"')
+        await expect(
+            page.locator(f"#r-{rid}").get_by_role("link", name="Details & trail")
+        ).to_have_accessible_name("Details & trail of “Ship it”")
+        await expect(page.locator(f"#r-{rid}").get_by_role("button", name="Approve")).to_have_accessible_name(
+            "Approve the request “Ship it”"
+        )
+
+
+# --- minor: text size, targets, contrast, context, toasts ------------------------------------------------
+
+
+async def test_text_is_at_least_13px_and_targets_44px(state_dir: Path, browser: Browser) -> None:
+    async with inbox_and_page(state_dir, browser, **PHONE) as (inbox, _, page):
+        ids = await seed_everything(inbox)
+        smallest = """() => {
+            const sizes = [];
+            const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+            let node;
+            while ((node = walk.nextNode())) {
+                const el = node.parentElement;
+                if (!node.data.trim() || !el.checkVisibility() || el.closest(".sr-only")) continue;
+                const size = parseFloat(getComputedStyle(el).fontSize);
+                sizes.push([size, el.className || el.tagName, node.data.trim()]);
+            }
+            for (const el of document.querySelectorAll(".ws")) {
+                sizes.push([parseFloat(getComputedStyle(el, "::before").fontSize), "badge", el.dataset.ws]);
+            }
+            return sizes.filter(([size]) => size < 13);
+        }"""
+        for path in ["/", f"/requests/{ids['high']}", f"/requests/{ids['denied']}", "/history"]:
+            await page.goto(f"{inbox.url}{path}")
+            assert await page.evaluate(smallest) == [], path
+        await page.goto(f"{inbox.url}/")
+        await page.keyboard.press("a")  # a toast, with its close button
+        targets = [
+            page.locator("a.brand"),
+            page.locator(f"#r-{ids['high']} .payload summary"),
+            page.locator(".foot button"),
+            page.locator("#toasts .toast-close"),
+        ]
+        for target in targets:
+            box = await target.bounding_box()
+            assert box is not None and box["height"] >= 44 and box["width"] >= 44, (target, box)
+        # the group count says what it counts
+        await expect(
+            page.locator(".group-head", has_text="claude-code").locator(".group-count")
+        ).to_have_text("2 pending")
+
+
+async def test_choice_hints_have_the_contrast_of_their_button(state_dir: Path, browser: Browser) -> None:
+    async with inbox_and_page(state_dir, browser) as (inbox, _, page):
+        rid = await ask(inbox, kind=Kind.QUESTION, text="Which region?", choices=["eu", "us"])
+        hint = page.locator(f"#r-{rid} .hint").first
+        await expect(hint).to_be_visible()
+        shown = await hint.evaluate(
+            """(el) => {
+                let opacity = 1;
+                for (let at = el; at; at = at.parentElement) {
+                    opacity *= parseFloat(getComputedStyle(at).opacity);
+                }
+                return [opacity, getComputedStyle(el).color === getComputedStyle(el.closest("button")).color];
+            }"""
+        )
+        assert shown == [1, True]
+
+
+async def test_toasts_pause_while_pointed_at_and_have_a_close_button(
+    state_dir: Path, browser: Browser
+) -> None:
+    async with inbox_and_page(state_dir, browser) as (_, _, page):
+        await page.clock.install()
+        await page.keyboard.press("a")
+        first = page.locator("#toasts .toast").first
+        await expect(first).to_contain_text("Select a request first")
+        await first.hover()
+        await page.clock.run_for(60_000)
+        await expect(first).to_be_visible()  # paused while the pointer is on it
+        await page.mouse.move(0, 0)
+        await page.clock.run_for(10_000)
+        await expect(first).to_have_count(0)  # then it goes
+        await page.keyboard.press("a")
+        await expect(page.locator("#toasts .toast")).to_have_count(1)
+        await page.get_by_role("button", name="Close this message").click()
+        await expect(page.locator("#toasts .toast")).to_have_count(0)
