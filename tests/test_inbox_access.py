@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -408,7 +409,8 @@ async def test_axe_finds_no_violation_on_any_inbox_page(
     state_dir: Path, browser: Browser, scheme: str, width: int
 ) -> None:
     if not AXE.exists():
-        pytest.fail(f"no {AXE.relative_to(ROOT)}: run npm ci --prefix tests/ts")
+        missing = f"no {AXE.relative_to(ROOT)}: run npm ci --prefix tests/ts"
+        pytest.fail(missing) if os.environ.get("CI") else pytest.skip(missing)
     size = PHONE if width == 375 else {"viewport": {"width": 1280, "height": 900}}
     found: list[str] = []
     async with inbox_and_page(state_dir, browser, color_scheme=scheme, **size) as (inbox, ctx, page):
