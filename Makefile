@@ -31,7 +31,7 @@ test: lint $(TS_DEPS)
 bench: $(STAMP)
 	@for script in bench/[a-z]*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
-# the README's two inbox screenshots (docs/inbox-desktop.png, docs/inbox-phone.png); needs Debian's chromium
+# the README's inbox screenshots (docs/inbox-desktop.png, -phone.png, -forced-colors.png); needs Debian's chromium
 .PHONY: screenshots
 screenshots: $(STAMP)
 	$(PY) scripts/screenshots.py

@@ -1,8 +1,11 @@
-"""Regenerate the README's inbox screenshots: docs/inbox-desktop.png and docs/inbox-phone.png.
+"""Regenerate the README's inbox screenshots: docs/inbox-desktop.png, docs/inbox-phone.png and
+docs/inbox-forced-colors.png (Chromium's forced-colours emulation, as in Windows high contrast, with
+the first request selected as after pressing j).
 
 Runs the real server in process on a free loopback port, over a throwaway state directory seeded
 with a few requests, and photographs it with Debian's chromium through Playwright (``make
-screenshots``; needs /usr/bin/chromium or $CHROMIUM).
+screenshots``; needs /usr/bin/chromium or $CHROMIUM). Name shots to take only those:
+``scripts/screenshots.py forced-colors``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 from playwright.async_api import Page, async_playwright, expect
@@ -133,38 +137,45 @@ async def live_server(state_dir: Path) -> AsyncIterator[tuple[str, Runtime]]:
         tg.cancel_scope.cancel()
 
 
-async def shoot(page: Page, base: str, path: Path) -> None:
+async def shoot(page: Page, base: str, path: Path, *, select: bool = False) -> None:
     await page.goto(f"{base}/login?token={TOKEN}")
     await expect(page.locator("#live")).to_have_attribute("data-state", "on")
     await expect(page.locator(".card").first).to_be_visible()
+    if select:
+        await page.keyboard.press("j")
+        await expect(page.locator(".card.selected")).to_have_count(1)
     await page.evaluate("document.fonts.ready")
     await page.screenshot(path=str(path), full_page=False)
     print(f"wrote {path.relative_to(ROOT)}")
 
 
-async def main() -> int:
+DESKTOP: dict[str, Any] = {"viewport": {"width": 1280, "height": 1000}, "device_scale_factor": 1}
+PHONE: dict[str, Any] = {
+    "viewport": {"width": 375, "height": 812},
+    "device_scale_factor": 2,
+    "is_mobile": True,
+    "has_touch": True,
+}
+SHOTS: dict[str, tuple[dict[str, Any], bool]] = {  # name: (browser context, select the first card)
+    "desktop": ({**DESKTOP, "color_scheme": "light"}, False),
+    "phone": ({**PHONE, "color_scheme": "light"}, False),
+    "forced-colors": ({**DESKTOP, "color_scheme": "light", "forced_colors": "active"}, True),
+}
+
+
+async def main(names: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         async with live_server(Path(tmp)) as (base, runtime):
             await seed(await runtime.broker())
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 try:
-                    desktop = await browser.new_context(
-                        viewport={"width": 1280, "height": 1000}, device_scale_factor=1, color_scheme="light"
-                    )
-                    page = await desktop.new_page()
-                    await shoot(page, base, DOCS / "inbox-desktop.png")
-                    # the first card selected, as after pressing j
-                    await desktop.close()
-                    phone = await browser.new_context(
-                        viewport={"width": 375, "height": 812},
-                        device_scale_factor=2,
-                        is_mobile=True,
-                        has_touch=True,
-                        color_scheme="light",
-                    )
-                    await shoot(await phone.new_page(), base, DOCS / "inbox-phone.png")
-                    await phone.close()
+                    for name in names:
+                        options, select = SHOTS[name]
+                        context = await browser.new_context(**options)
+                        page = await context.new_page()
+                        await shoot(page, base, DOCS / f"inbox-{name}.png", select=select)
+                        await context.close()
                 finally:
                     await browser.close()
     return 0
@@ -173,5 +184,8 @@ async def main() -> int:
 if __name__ == "__main__":
     if not Path(CHROMIUM).exists():
         sys.exit(f"screenshots: no chromium at {CHROMIUM} (apt-get install chromium, or set $CHROMIUM)")
+    wanted = sys.argv[1:] or list(SHOTS)
+    if unknown := [name for name in wanted if name not in SHOTS]:
+        sys.exit(f"screenshots: no shot named {', '.join(unknown)} (there are: {', '.join(SHOTS)})")
     DOCS.mkdir(exist_ok=True)
-    sys.exit(anyio.run(main))
+    sys.exit(anyio.run(main, wanted))

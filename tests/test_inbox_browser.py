@@ -176,9 +176,12 @@ async def test_mcp_request_appears_live_and_the_page_answer_returns_to_the_agent
             await card.get_by_role("button", name="Send").click()
         elif how == "choice":
             await card.get_by_role("button", name="us-east-1").click()
-        elif how == "approve":
+        elif how == "approve":  # risk: high, so the click asks to confirm, with the focus on Cancel
             await expect(card.locator("pre")).to_contain_text('"tag": "v2"')
             await card.get_by_role("button", name="Approve").click()
+            confirm = page.get_by_role("dialog", name="Approve this high-risk request?")
+            await expect(confirm.get_by_role("button", name="Cancel")).to_be_focused()
+            await confirm.get_by_role("button", name="Approve").click()
         else:
             await card.get_by_label("Comment").fill("Not on a Friday")
             await card.get_by_role("button", name="Deny").click()
@@ -402,6 +405,7 @@ async def test_keyboard_approve_and_deny(state_dir: Path, browser: Browser) -> N
         tg.start_soon(deny.run)
         card = page.locator("article.card", has_text="Force-push main")
         await expect(card).to_be_visible()
+        await keys_awake(page)
         await page.keyboard.press("j")
         await page.keyboard.press("r")
         await expect(card.get_by_label("Comment")).to_be_focused()
@@ -504,6 +508,11 @@ async def test_system_notification_and_service_worker(state_dir: Path, browser: 
         assert cached and all(path.startswith("/static/") for path in cached), cached
         manifest = await (await ctx.request.get(f"{inbox.url}/manifest.webmanifest")).json()
         assert manifest["display"] == "standalone" and any(i["sizes"] == "512x512" for i in manifest["icons"])
+
+
+async def keys_awake(page: Page) -> None:
+    """The action keys rest for a moment after an answer: wait until they are awake again."""
+    await expect(page.locator("body")).not_to_have_attribute("data-keys", "resting")
 
 
 def _has(name: str) -> Any:

@@ -220,6 +220,36 @@ async def test_form_answers(
         )
 
 
+async def test_a_high_risk_approval_from_the_form_takes_a_confirmation_step(state_dir: Path) -> None:
+    """Without JavaScript too: Approve on a `risk: high` approval shows a confirmation page (Cancel
+    first, focused), and only its own Approve, which carries ``confirm=yes``, approves."""
+    async with running(state_dir) as rt, browser_like(rt) as web:
+        request = await ask(
+            rt, kind=Kind.APPROVAL, text="Drop the users table", risk="high", payload={"a": 1}
+        )
+        path = f"/requests/{request.id}/answer"
+        fields = {"decision": "approve", "comment": "after the dump", "next": "request"}
+        r = await web.post(path, data=form(rt.auth.csrf_token, **fields))
+        assert r.status_code == 200 and "Approve this high-risk request?" in r.text
+        assert re.search(r'<a class="btn" href="/requests/[0-9a-f]+" autofocus>Cancel</a>', r.text)
+        assert r.text.index(">Cancel<") < r.text.index('value="approve"')
+        assert 'name="confirm" value="yes"' in r.text and 'value="after the dump"' in r.text
+        assert "&#34;a&#34;: 1" in r.text  # the payload is shown again
+        assert await status_of(rt, request.id) == (Status.PENDING, 0)
+        json_mode = {"X-CSRF-Token": rt.auth.csrf_token, "Accept": "application/json"}
+        r = await web.post(path, data={"decision": "approve"}, headers=json_mode)
+        assert r.status_code == 428 and r.json()["confirm"] is True
+        assert await status_of(rt, request.id) == (Status.PENDING, 0)
+        r = await web.post(path, data=form(rt.auth.csrf_token, confirm="yes", **fields))
+        assert r.status_code == 303
+        settled = await (await rt.broker()).get(request.id)
+        assert settled is not None and settled.approved is True and settled.comment == "after the dump"
+        denied = await ask(rt, kind=Kind.APPROVAL, text="Drop it again", risk="high")
+        r = await web.post(f"/requests/{denied.id}/answer", data=form(rt.auth.csrf_token, decision="deny"))
+        assert r.status_code == 303  # denying needs no second step
+        assert await status_of(rt, denied.id) == (Status.ANSWERED, 1)
+
+
 async def test_form_json_mode_and_request_page_redirect(state_dir: Path) -> None:
     async with running(state_dir) as rt, browser_like(rt) as web:
         request = await ask(rt)

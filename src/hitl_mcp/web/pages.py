@@ -39,6 +39,7 @@ from hitl_mcp.web.views import (
     pretty_json,
     session_label,
     time_left,
+    visible_payload,
 )
 
 GetBroker = Callable[[], Awaitable[Broker]]
@@ -94,6 +95,7 @@ def _environment() -> Environment:
         time_left=time_left,
         expires_soon=expires_soon,
         pretty_json=pretty_json,
+        visible_payload=visible_payload,
         compact_json=canonical_json,
         outcome_line=outcome_line,
         agent_name=agent_name,
@@ -286,12 +288,27 @@ def page_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> 
         decision = fields["decision"]
         if decision is not None and decision not in ("approve", "deny"):
             return await problem(http, 422, "Not sent", "The decision must be approve or deny.", request_id)
+        broker = await get_broker()
+        if decision == "approve" and form.get("confirm") != "yes":
+            # a high-risk approval is given in two steps, with or without JavaScript
+            request = await broker.get(request_id)
+            if request is not None and request.is_open and request.risk == "high":
+                message = "Approving a high-risk request needs a confirmation."
+                if wants_json(http):
+                    return JSONResponse({"ok": False, "error": message, "confirm": True}, status_code=428)
+                return render(
+                    "confirm.html",
+                    request=request,
+                    comment=form.get("comment", ""),
+                    back=f"/requests/{request.id}" if form.get("next") == "request" else "/",
+                    next=form.get("next", ""),
+                    **base_context(await pending_count(broker), "confirm"),
+                )
         # the button pressed says what the answer is: a decision, else a choice, else the text
         what = "decision" if decision is not None else "choice" if fields["choice"] is not None else "text"
         reply = Reply(
             channel=web_channel, responder=WEB_RESPONDER, comment=fields["comment"], **{what: fields[what]}
         )
-        broker = await get_broker()
         try:
             verdict = await broker.resolve(request_id, reply)
         except NotFound:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+from markupsafe import Markup, escape
 
 from hitl_mcp.models import Kind, Request, Status
 
@@ -61,6 +65,41 @@ def clock(ts: float | None) -> str:
 def pretty_json(value: Any) -> str:
     """The payload as the person should read it: sorted keys, like the canonical form that is hashed."""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+_SPACE_LIKE = " \u00a0\u1680\u2000-\u200a\u202f\u205f\u3000"
+# A run of two or more spaces that is not indentation (pretty JSON puts spaces after a newline only
+# to indent; inside a string a newline is written \n, so any other run is in a value), or one
+# character a reader cannot see: another space, a control, a zero-width or bidi format character.
+_HIDDEN = re.compile(
+    rf"(?<=[^\n ])[{_SPACE_LIKE}]{{2,}}"
+    "|[\u007f-\u00a0\u00ad\u061c\u1680\u180e\u2000-\u200f\u2028-\u202f\u205f-\u2064"
+    "\u2066-\u206f\u3000\ufeff\ufff9-\ufffb\U000e0001\U000e0020-\U000e007f]"
+)
+
+
+def visible_payload(text: str) -> Markup:
+    """The payload text, escaped, with what a reader could miss marked: each run of spaces in a value
+    (``120 spaces``) and each invisible character (``U+202E``). The marks are drawn by CSS from
+    attributes, so the characters on the page, and what is copied from it, are exactly ``text``."""
+    out: list[str] = []
+    last = 0
+    for match in _HIDDEN.finditer(text):
+        out.append(escape(text[last : match.start()]))
+        found = match.group()
+        if len(found) > 1:
+            others = sorted({f"U+{ord(c):04X}" for c in found if c != " "})
+            badge = f"{len(found)} spaces" + (f" incl. {' '.join(others)}" if others else "")
+            title = f"{len(found)} spaces in a row" + (
+                f", some of them {', '.join(others)}" if others else ""
+            )
+        else:
+            badge = f"U+{ord(found):04X}"
+            title = f"{badge} {unicodedata.name(found, 'invisible character').lower()}"
+        out.append(Markup('<span class="ws" data-ws="{}" title="{}">{}</span>').format(badge, title, found))
+        last = match.end()
+    out.append(escape(text[last:]))
+    return Markup("").join(out)
 
 
 def agent_name(request: Request) -> str:

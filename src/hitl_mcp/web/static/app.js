@@ -15,14 +15,59 @@
 
   // --- small helpers ----------------------------------------------------------------------
 
+  const sayPolite = document.getElementById("say");
+  const sayAlert = document.getElementById("say-alert");
+  const TOAST_MS = 8000;
+
+  // Screen readers hear a message once, from a live region; the toast is only what the eye sees.
+  function say(message, assertive) {
+    const region = assertive ? sayAlert : sayPolite;
+    if (!region) return;
+    const line = document.createElement("p");
+    line.textContent = message;
+    region.append(line);
+    while (region.children.length > 3) region.firstElementChild.remove();
+  }
+
+  // A toast stays while the pointer or the focus is on it, and has a close button.
   function toast(message, tone) {
+    say(message, false);
     if (!toasts) return;
     const item = document.createElement("div");
     item.className = "toast" + (tone ? " " + tone : "");
-    item.textContent = message;
+    const text = document.createElement("span");
+    text.className = "toast-text";
+    text.textContent = message;
+    const close = document.createElement("button");
+    close.type = "button";
+    close.className = "toast-close";
+    close.setAttribute("aria-label", "Close this message");
+    close.innerHTML = '<span aria-hidden="true">×</span>';
+    item.append(text, close);
     toasts.append(item);
     while (toasts.children.length > 3) toasts.firstElementChild.remove();
-    setTimeout(() => item.remove(), 6000);
+    let left = TOAST_MS;
+    let started = Date.now();
+    let timer = setTimeout(() => item.remove(), left);
+    const pause = () => {
+      if (timer === null) return;
+      clearTimeout(timer);
+      timer = null;
+      left -= Date.now() - started;
+    };
+    const resume = () => {
+      if (timer !== null || item.matches(":hover") || item.contains(document.activeElement)) return;
+      started = Date.now();
+      timer = setTimeout(() => item.remove(), Math.max(left, 2000));
+    };
+    item.addEventListener("pointerenter", pause);
+    item.addEventListener("pointerleave", resume);
+    item.addEventListener("focusin", pause);
+    item.addEventListener("focusout", () => setTimeout(resume, 0));
+    close.addEventListener("click", () => {
+      clearTimeout(timer);
+      item.remove();
+    });
   }
 
   function setLive(state, text) {
@@ -76,6 +121,7 @@
   // --- forms, sent in place ------------------------------------------------------------------
 
   const answeredHere = new Set();
+  const confirmed = new WeakSet();
 
   function formError(form, message) {
     const box = form.closest("[data-answer]");
@@ -86,6 +132,115 @@
     } else {
       toast(message, "warn");
     }
+    return slot;
+  }
+
+  function focusOn(el) {
+    if (!el) return false;
+    if (!el.matches("a[href], button, input, textarea, select, [tabindex]")) el.setAttribute("tabindex", "-1");
+    el.focus({ preventScroll: true });
+    el.scrollIntoView({ block: "nearest" });
+    return true;
+  }
+
+  // A late answer: the request was settled elsewhere. The card leaves the list, but what happened
+  // stays on the page, where the card was, until the person closes it.
+  function pinLate(card, message) {
+    const region = card && card.closest("[data-live]");
+    if (!region) return;
+    let box = document.getElementById("late");
+    if (!box) {
+      box = document.createElement("div");
+      box.id = "late";
+      box.className = "late";
+      region.before(box);
+    }
+    const note = document.createElement("div");
+    note.className = "card late-note";
+    note.dataset.lateFor = card.dataset.id;
+    const title = document.createElement("p");
+    title.className = "late-title";
+    title.textContent = "Your answer was not used: " + message;
+    const what = document.createElement("p");
+    const link = document.createElement("a");
+    link.href = "/requests/" + encodeURIComponent(card.dataset.id);
+    link.textContent = card.dataset.text || "the request";
+    what.append("“", link, "”");
+    const close = document.createElement("button");
+    close.type = "button";
+    close.className = "btn btn-quiet";
+    close.textContent = "Close";
+    close.addEventListener("click", () => {
+      const next = note.nextElementSibling || note.previousElementSibling;
+      note.remove();
+      if (!focusOn(next && next.querySelector(".late-title"))) focusOn(document.querySelector("main h1"));
+    });
+    note.append(title, what, close);
+    box.prepend(note);
+    focusOn(title);
+  }
+
+  // Approving a high-risk request takes a second step, with the focus on Cancel.
+  function confirmHigh(form, button) {
+    const card = form.closest(".card[data-id]");
+    const before = document.activeElement;
+    const dialog = document.createElement("dialog");
+    dialog.className = "help confirm";
+    dialog.setAttribute("aria-labelledby", "confirm-title");
+    dialog.setAttribute("aria-describedby", "confirm-text");
+    const heading = document.createElement("h2");
+    heading.id = "confirm-title";
+    heading.textContent = "Approve this high-risk request?";
+    const text = document.createElement("p");
+    text.id = "confirm-text";
+    text.className = "confirm-text";
+    text.textContent = (card && card.dataset.text) || "";
+    dialog.append(heading, text);
+    const payload = card && card.querySelector(".payload pre");
+    if (payload) {
+      const copy = payload.cloneNode(true);
+      copy.removeAttribute("aria-labelledby");
+      copy.setAttribute("aria-label", "The payload you are approving");
+      const box = document.createElement("div");
+      box.className = "payload";
+      box.append(copy);
+      dialog.append(box);
+    }
+    const buttons = document.createElement("div");
+    buttons.className = "buttons";
+    const cancel = document.createElement("button");
+    cancel.type = "button";
+    cancel.className = "btn";
+    cancel.textContent = "Cancel";
+    const approve = document.createElement("button");
+    approve.type = "button";
+    approve.className = "btn btn-approve";
+    approve.dataset.confirmApprove = "";
+    approve.textContent = "Approve";
+    const label = document.createElement("span");
+    label.className = "sr-only";
+    label.textContent = ` the high-risk request “${text.textContent}”`;
+    approve.append(label);
+    buttons.append(cancel, approve);
+    dialog.append(buttons);
+    let go = false;
+    cancel.addEventListener("click", () => dialog.close());
+    approve.addEventListener("click", () => {
+      go = true;
+      dialog.close();
+    });
+    dialog.addEventListener("close", () => {
+      dialog.remove();
+      if (go && document.contains(form)) {
+        confirmed.add(form);
+        form.requestSubmit(button);
+      } else if (before && document.contains(before)) {
+        before.focus({ preventScroll: true });
+      }
+    });
+    document.body.append(dialog);
+    dialog.showModal();
+    cancel.focus();
   }
 
   document.addEventListener("submit", async (event) => {
@@ -94,11 +249,25 @@
     event.preventDefault();
     if (form.dataset.busy) return;
     const submitter = event.submitter || null;
+    if (submitter && submitter.dataset.confirm === "high" && !confirmed.has(form)) {
+      confirmHigh(form, submitter);
+      return;
+    }
     const data = new URLSearchParams(new FormData(form, submitter));
+    if (confirmed.has(form)) {
+      confirmed.delete(form);
+      data.set("confirm", "yes");
+    }
     const buttons = form.querySelectorAll("button");
     form.dataset.busy = "1";
     buttons.forEach((b) => b.setAttribute("aria-busy", "true"));
     const card = form.closest(".card[data-id]");
+    if (card) {
+      // an answer disarms the keys: the selection is cleared, and action keys rest for a moment
+      card.classList.add("sending");
+      rest();
+      clearSelection();
+    }
     try {
       const response = await fetch(form.action, {
         method: "POST",
@@ -116,27 +285,36 @@
         if (card) {
           answeredHere.add(card.dataset.id);
           card.classList.add("leaving");
+          rest();
         }
         const note = form.closest(".note");
-        if (note) note.remove();
+        if (note) {
+          const next = note.nextElementSibling || note.previousElementSibling;
+          note.remove();
+          if (!focusOn(next && next.querySelector("button.dismiss"))) focusOn(document.getElementById("feed-title"));
+        }
         if (reply.message) toast(reply.message, "ok");
         else if (form.matches("[data-dismiss]")) toast("Dismissed", "ok");
         schedule(0);
       } else if (response.status === 409) {
-        if (card) answeredHere.add(card.dataset.id);
-        formError(form, reply.error || "Already answered elsewhere.");
-        toast(reply.error || "Already answered elsewhere.", "warn");
-        schedule(800);
+        const message = reply.error || "Already answered elsewhere.";
+        if (card) {
+          answeredHere.add(card.dataset.id);
+          pinLate(card, message);
+        } else {
+          toast(message, "warn");
+        }
+        schedule(0);
       } else if (response.status === 401) {
         toast("You are signed out: open the login link again.", "warn");
       } else {
-        formError(form, reply.error || `Not sent (HTTP ${response.status}).`);
-        const field = form.querySelector("textarea");
-        if (field) field.focus();
+        const slot = formError(form, reply.error || `Not sent (HTTP ${response.status}).`);
+        if (!focusOn(form.querySelector("textarea"))) focusOn(slot);
       }
     } catch (_) {
-      formError(form, "Could not reach the server. Check the connection and try again.");
+      focusOn(formError(form, "Could not reach the server. Check the connection and try again."));
     } finally {
+      if (card) card.classList.remove("sending");
       delete form.dataset.busy;
       buttons.forEach((b) => b.removeAttribute("aria-busy"));
     }
@@ -235,10 +413,37 @@
     }
   }
 
+  function noteIds() {
+    return new Set(Array.from(document.querySelectorAll("#notes .note[id]"), (note) => note.id));
+  }
+
+  // When what had the focus left the page (answered here or elsewhere), the focus goes to the next
+  // request's heading, else to what the page now says; never back to <body>.
+  function refocus(goneId, order) {
+    const here = new Set(items().map((el) => el.dataset.id));
+    const at = order.indexOf(goneId);
+    const near = order
+      .slice(at + 1)
+      .concat(order.slice(0, Math.max(at, 0)).reverse())
+      .find((id) => id !== goneId && here.has(id));
+    const card = near && document.querySelector(`main .card[data-id="${CSS.escape(near)}"]`);
+    const targets = [
+      card && card.querySelector(".card-title"),
+      document.querySelector("#request-view .outcome-line"),
+      document.querySelector("#pending-list .card-title"),
+      document.querySelector("#pending-list .empty-title"),
+      document.querySelector("main h1"),
+    ];
+    targets.some((el) => focusOn(el));
+  }
+
   function apply(doc) {
     const before = new Map(pendingCards().map((card) => [card.dataset.id, card.dataset.text]));
-    const selectedId = selectedItem() && selectedItem().dataset.id;
-    const selectedIndex = items().indexOf(selectedItem());
+    const notesBefore = noteIds();
+    const active = document.activeElement;
+    const activeCard = active && active !== body ? active.closest("main .card[data-id]") : null;
+    const activeNote = active && active !== body ? active.closest("#notes .note") : null;
+    const order = items().map((el) => el.dataset.id);
     for (const region of document.querySelectorAll("[data-live][id]")) {
       const fresh = doc.getElementById(region.id);
       if (fresh) reconcile(region, fresh);
@@ -262,12 +467,29 @@
     for (const [id, text] of before) {
       if (!now.has(id) && !answeredHere.has(id)) announceGone(id, text);
     }
-    // keep a selection: the same request, else the one that took its place
-    const list = items();
-    let next = selectedId ? list.find((el) => el.dataset.id === selectedId) : null;
-    if (!next && selectedIndex >= 0 && list.length) next = list[Math.min(selectedIndex, list.length - 1)];
-    if (next) select(next, false);
+    for (const note of document.querySelectorAll("#notes .note[id]")) {
+      if (!notesBefore.has(note.id)) announceNote(note);
+    }
+    // the selection belongs to one request: when it leaves, nothing is selected
+    paint();
+    if (active && active !== body && !document.contains(active)) {
+      if (activeCard) refocus(activeCard.dataset.id, order);
+      else if (activeNote) focusOn(document.querySelector("#notes .note button.dismiss") || document.getElementById("feed-title"));
+    }
     tick();
+  }
+
+  function announceNote(note) {
+    const level = (/\blevel-(\w+)/.exec(note.className) || [])[1] || "info";
+    const title = note.querySelector(".note-title");
+    const textEl = note.querySelector(".note-body > p");
+    const agentEl = note.querySelector(".note-head .meta");
+    const agent = agentEl ? agentEl.textContent.split("·")[0].trim() : "an agent";
+    const word = { error: "Error", warning: "Warning", success: "Done" }[level] || "Notification";
+    const parts = [`${word} from ${agent}:`];
+    if (title && title.textContent.trim().toLowerCase() !== level) parts.push(title.textContent.trim() + ".");
+    if (textEl) parts.push(textEl.textContent.trim());
+    say(parts.join(" "), level === "error");
   }
 
   // a request that left the inbox without being answered here: say what became of it
@@ -357,7 +579,7 @@
         setLive("off", "Offline");
         setTimeout(connect, 5000);
       } else {
-        setLive("wait", "Reconnecting…");
+        setLive("wait", "Retrying…");
       }
     };
   }
@@ -375,26 +597,94 @@
   }
 
   // --- keyboard -----------------------------------------------------------------------------
+  //
+  // j/k select a request; a, d and the digits act only on that selected request, never on one the
+  // person did not pick (no "only card" fallback). The selection is a request id: it clears when
+  // that request leaves, and after every answer. Held keys (auto-repeat) do nothing, and the
+  // action keys rest for a moment after an answer. A setting kept in this browser turns the
+  // single-key shortcuts off or makes them need Alt+Shift (speech input types letters as keys).
+
+  const QUIET_MS = 1000;
+  const KEY_MODE = "hitl-keys";
+  let quietUntil = 0;
+  let selectedId = null;
+
+  let restTimer = null;
+
+  // the action keys rest (body[data-keys="resting"] while they do)
+  function rest() {
+    quietUntil = Date.now() + QUIET_MS;
+    body.dataset.keys = "resting";
+    clearTimeout(restTimer);
+    restTimer = setTimeout(() => delete body.dataset.keys, QUIET_MS);
+  }
+
+  function keyMode() {
+    try {
+      const mode = localStorage.getItem(KEY_MODE);
+      return mode === "off" || mode === "modifier" ? mode : "on";
+    } catch (_) {
+      return "on";
+    }
+  }
+
+  for (const radio of document.querySelectorAll('input[name="key-mode"]')) {
+    radio.checked = radio.value === keyMode();
+    radio.addEventListener("change", () => {
+      if (!radio.checked) return;
+      try {
+        localStorage.setItem(KEY_MODE, radio.value);
+      } catch (_) {
+        // storage refused: the choice lasts for this page only
+      }
+      toast({ on: "Single-key shortcuts are on.", modifier: "Shortcuts now need Alt+Shift.", off: "Single-key shortcuts are off." }[radio.value]);
+    });
+  }
+
+  // The shortcut a key press means under the current setting, or null.
+  function shortcut(event) {
+    const mode = keyMode();
+    if (mode === "off" || event.ctrlKey || event.metaKey) return null;
+    if (event.key === "Enter" && !event.altKey && !event.shiftKey) return "Enter";
+    if (mode === "on") return event.altKey ? null : event.key;
+    if (!event.altKey || !event.shiftKey) return null;
+    const code = /^(?:Key([A-Z])|Digit([0-9]))$/.exec(event.code || "");
+    if (code) return code[1] ? code[1].toLowerCase() : code[2];
+    return event.code === "Slash" ? "/" : null;
+  }
 
   function items() {
     if (page === "history") return Array.from(document.querySelectorAll("#history-list .hist[data-id]"));
-    return Array.from(document.querySelectorAll("main .card[data-id]"));
+    return Array.from(document.querySelectorAll("main .card[data-id]:not(.leaving, .sending)"));
   }
 
   function selectedItem() {
-    return document.querySelector("main .selected[data-id]");
+    return selectedId ? items().find((el) => el.dataset.id === selectedId) || null : null;
+  }
+
+  function paint() {
+    if (selectedId && !selectedItem()) selectedId = null;
+    for (const el of document.querySelectorAll("main [data-id]")) {
+      const on = selectedId !== null && el.dataset.id === selectedId && !el.matches(".leaving, .sending");
+      el.classList.toggle("selected", on);
+      if (on) el.setAttribute("aria-current", "true");
+      else el.removeAttribute("aria-current");
+    }
   }
 
   function select(el, focus) {
-    for (const other of document.querySelectorAll("main .selected")) {
-      if (other !== el) other.classList.remove("selected");
-    }
-    el.classList.add("selected");
+    selectedId = el.dataset.id;
+    paint();
     if (focus) {
       el.setAttribute("tabindex", "-1");
       el.focus({ preventScroll: true });
       el.scrollIntoView({ block: "nearest", behavior: "smooth" });
     }
+  }
+
+  function clearSelection() {
+    selectedId = null;
+    paint();
   }
 
   function move(step) {
@@ -405,27 +695,25 @@
     select(list[next], true);
   }
 
-  function target() {
-    const chosen = selectedItem();
-    if (chosen) return chosen;
-    const list = items();
-    return list.length === 1 ? list[0] : null;
-  }
-
-  function press(selector, missing) {
-    const card = target();
+  function press(event, selector, missing) {
+    if (event.repeat) return;
+    if (Date.now() < quietUntil) {
+      toast("Not sent: the keys rest for a moment after an answer. Select the request and press again.", "warn");
+      return;
+    }
+    const card = selectedItem();
     const button = card && card.querySelector(selector);
     if (!button) {
-      toast(card ? missing : "Pick a request first: j and k move.", "warn");
+      toast(card ? missing : "Select a request first: j and k move.", "warn");
       return;
     }
     button.form.requestSubmit(button);
   }
 
   function focusReply() {
-    const card = target();
+    const card = selectedItem();
     if (!card) {
-      toast("Pick a request first: j and k move.", "warn");
+      toast("Select a request first: j and k move.", "warn");
       return;
     }
     const field = card.querySelector("[data-reply]") || card.querySelector("button[data-choice]");
@@ -450,26 +738,32 @@
   let pendingG = 0;
 
   document.addEventListener("keydown", (event) => {
-    if (!signedIn || event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey) return;
+    if (!signedIn || event.defaultPrevented) return;
     const el = event.target;
     const typing = el instanceof Element && el.closest("input, textarea, select, [contenteditable]");
     if (event.key === "Escape") {
-      if (typing) {
+      if (typing && !event.ctrlKey && !event.metaKey && !event.altKey) {
+        // leave the field for its card; the selection stays what it was
         el.blur();
-        const card = el.closest("[data-id]");
-        if (card) select(card, true);
+        const card = el.closest("main [data-id]");
+        if (card) {
+          card.setAttribute("tabindex", "-1");
+          card.focus({ preventScroll: true });
+        }
       }
       return;
     }
-    if (typing || (help && help.open)) return;
+    if (typing || document.querySelector("dialog[open]")) return;
+    const key = shortcut(event);
+    if (!key) return;
     const onControl = el instanceof Element && el.closest("a, button, summary");
     if (Date.now() - pendingG < 1200) {
       pendingG = 0;
-      if (event.key === "i") location.href = "/";
-      else if (event.key === "h") location.href = "/history";
+      if (key === "i") location.href = "/";
+      else if (key === "h") location.href = "/history";
       return;
     }
-    switch (event.key) {
+    switch (key) {
       case "j":
         move(1);
         break;
@@ -477,17 +771,17 @@
         move(-1);
         break;
       case "a":
-        press('button[data-action="approve"]', "That request is not an approval.");
+        press(event, 'button[data-action="approve"]', "That request is not an approval.");
         break;
       case "d":
-        press('button[data-action="deny"]', "That request is not an approval.");
+        press(event, 'button[data-action="deny"]', "That request is not an approval.");
         break;
       case "r":
         focusReply();
         break;
       case "o":
       case "Enter": {
-        if (event.key === "Enter" && onControl) return;
+        if (key === "Enter" && onControl) return;
         const card = selectedItem();
         const link = card && card.querySelector("a[href^='/requests/']");
         if (link) location.href = link.getAttribute("href");
@@ -504,8 +798,8 @@
         pendingG = Date.now();
         break;
       default:
-        if (/^[1-9]$/.test(event.key)) {
-          press(`button[data-choice="${event.key}"]`, `That request has no choice ${event.key}.`);
+        if (/^[1-9]$/.test(key)) {
+          press(event, `button[data-choice="${key}"]`, `That request has no choice ${key}.`);
           break;
         }
         return;
@@ -517,9 +811,10 @@
     opener.addEventListener("click", openHelp);
   }
 
+  // a click (or tap) on a request selects it: a choice the person made
   document.addEventListener("click", (event) => {
     const card = event.target instanceof Element && event.target.closest("main [data-id]");
-    if (card && !card.classList.contains("selected")) select(card, false);
+    if (card && !card.matches(".leaving, .sending") && card.dataset.id !== selectedId) select(card, false);
   });
 
   // --- start ----------------------------------------------------------------------------------
