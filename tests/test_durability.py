@@ -63,7 +63,7 @@ async def test_two_processes_share_one_database(tmp_path: Path, state_dir: Path)
                         r = await http.post(f"{base}/{pending['id']}/reply", json={"text": "via A"})
                         assert r.status_code == 200
                 assert out["status"] == "answered" and out["answer"] == "via A"
-    assert "is taken" in (tmp_path / "b.err").read_text()
+    assert "is already in use" in (tmp_path / "b.err").read_text()
 
 
 async def test_sigkill_and_restart_loses_nothing(tmp_path: Path, state_dir: Path) -> None:

@@ -702,7 +702,7 @@ async def test_smtp_server_that_never_answers_times_out(state_dir: Path, certs: 
         config = email_config(port, certs, smtp_timeout=1)
         channel = EmailChannel("email", config.channels["email"], None)  # type: ignore[arg-type]
         started = anyio.current_time()
-        with pytest.raises(DeliveryError, match="did not answer within 1s") as caught:
+        with pytest.raises(DeliveryError, match="did not answer within 1 s") as caught:
             await channel.check()
         assert anyio.current_time() - started < 5
         assert not caught.value.permanent

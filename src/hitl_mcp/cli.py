@@ -1,41 +1,41 @@
-"""The ``hitl-mcp`` command: run the server, write and check configs, and answer from a terminal.
+"""The ``hitl-mcp`` command: run the server, write and check configs, open the inbox, and answer
+from a terminal.
 
-The answering verbs (pending, answer, approve, deny, history, audit verify) open the same state
-directory as the server, so they work whether or not a server is running; a server that is waiting
-on the request sees the answer within half a second.
+The verbs about requests (pending, show, history, answer, approve, deny) are in ``cli_requests.py``;
+``audit`` in ``cli_audit.py``. Every error is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import getpass
-import json
 import logging
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from hitl_mcp import __version__
-from hitl_mcp.config import (
-    Config,
-    ConfigError,
-    effective_config,
-    load_config,
-    resolve_state_dir,
-    starter_config_text,
+from hitl_mcp.cli_requests import (
+    CliError,
+    cmd_answer,
+    cmd_approve,
+    cmd_deny,
+    cmd_history,
+    cmd_pending,
+    cmd_show,
+    open_broker,
+    run,
 )
-from hitl_mcp.terminal import block, visible
+from hitl_mcp.cli_requests import config_and_state as _config
+from hitl_mcp.config import ConfigError, effective_config, starter_config_text
+from hitl_mcp.terminal import visible
+
+__all__ = ["CliError", "build_parser", "main"]
 
 log = logging.getLogger("hitl_mcp")
-
-
-class CliError(Exception):
-    """Said on one line, and the command exits 1."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,12 +46,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except ConfigError as exc:
-        print(f"hitl-mcp: config error: {exc}", file=sys.stderr)
+    except ConfigError as exc:  # every problem found, one line each (all missing variables at once)
+        for problem in [exc, *exc.more]:
+            print(f"hitl-mcp: config error: {problem}", file=sys.stderr)
         return 2
     except CliError as exc:
         print(f"hitl-mcp: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, MissingLibrary) else 1
     except (OSError, sqlite3.Error) as exc:  # the state directory or the database, after it opened
         from hitl_mcp.store.health import storage_error
 
@@ -83,8 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="HTTP address (default from config, 127.0.0.1)")
     p.add_argument("--port", type=int, help="HTTP port (default from config, 8765)")
 
+    p = command("inbox", cmd_inbox, "print the inbox's login link (it holds the web token)")
+    common(p)
+    p.add_argument("--open", action="store_true", help="open it in the browser too")
+    p.add_argument("--port", type=int, help="the port the server listens on (default from config, 8765)")
+
     p = command("init", cmd_init, "write a commented starter config")
-    p.add_argument("path", nargs="?", default="hitl.yaml")
+    p.add_argument("path", nargs="?", default="hitl.yaml", help="where to write it; missing folders are made")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
 
     p = command("check", cmd_check, "validate a config and print it, secrets masked; check the database")
@@ -97,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("pending", cmd_pending, "list requests waiting for an answer")
     common(p)
     p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = command("show", cmd_show, "print one request whole: text, payload and its SHA-256, outcome, trail")
+    common(p)
+    p.add_argument("id", help="the request id (or a unique start of it)")
+    p.add_argument("--json", action="store_true", help="print JSON (what GET /api/requests/{id} returns)")
 
     def through_api(p: argparse.ArgumentParser) -> None:
         """Used when server.cli.require_token is set: the answer goes through the server's API."""
@@ -148,11 +159,6 @@ def setup_logging(level: str = "info") -> None:
     logging.getLogger("hitl_mcp").setLevel(level.upper())
 
 
-def _config(args: argparse.Namespace) -> tuple[Config, Path]:
-    config = load_config(args.config)
-    return config, resolve_state_dir(config, getattr(args, "state_dir", None))
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     from hitl_mcp.runtime import ConfigRefused, serve
 
@@ -160,6 +166,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     setup_logging(config.server.log_level)
     host = args.host or config.server.http.host
     port = args.port if args.port is not None else config.server.http.port
+    if args.transport == "stdio" and sys.stdin.isatty():  # a person, not an MCP host, started it
+        print(
+            "hitl-mcp: waiting for an MCP host on stdin (the stdio transport: a host such as Claude starts "
+            "it). To run it standalone: hitl-mcp serve --transport http, then hitl-mcp inbox --open. "
+            "Ctrl-C or Ctrl-D ends it.",
+            file=sys.stderr,
+        )
     try:
         anyio.run(serve, config, state_dir, args.transport, host, port, backend_options=_loop_options())
     except ConfigRefused as exc:
@@ -177,12 +190,36 @@ def _loop_options() -> dict[str, Any]:
     return {"use_uvloop": True}
 
 
+def _require_libraries(channels: dict[str, Any]) -> None:
+    """A configured channel's library that is not installed: one line naming the extra to install."""
+    from hitl_mcp.channels import missing_libraries
+
+    missing = missing_libraries(channels)
+    if missing:
+        raise MissingLibrary(missing)
+
+
+class MissingLibrary(CliError):
+    """A channel's extra is not installed: exits 2, like a config the server refuses."""
+
+
+def cmd_inbox(args: argparse.Namespace) -> int:
+    from hitl_mcp.cli_inbox import inbox
+
+    config, state_dir = _config(args)
+    return inbox(config, state_dir, args.port, args.open)
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if path.exists() and not args.force:
         print(f"hitl-mcp: {path} exists; use --force to overwrite it", file=sys.stderr)
         return 1
-    path.write_text(starter_config_text())
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(starter_config_text())
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from None
     print(f"wrote {path}; check it with: hitl-mcp check --config {path}")
     return 0
 
@@ -194,18 +231,20 @@ def cmd_check(args: argparse.Namespace) -> int:
     from hitl_mcp.channels.base import Channel, DeliveryError
 
     config, state_dir = _config(args)
+    _require_libraries(config.channels)
     print(f"# {config.source or 'embedded default'}: valid")
     print(yaml.safe_dump(effective_config(config), sort_keys=False), end="")
     failed = _check_database(state_dir)
 
     async def probe(name: str, channel: Channel) -> None:
         nonlocal failed
+        limit = channel.check_seconds  # longer than the channel's own timeouts: it says what timed out
         try:
-            with anyio.fail_after(20):
+            with anyio.fail_after(limit):
                 print(f"# channel {name}: {await channel.check()}")
         except (DeliveryError, TimeoutError) as exc:
             failed += 1
-            print(f"# channel {name}: FAILED: {exc or 'no answer within 20s'}")
+            print(f"# channel {name}: FAILED: {str(exc) or f'no answer within {limit:g} s'}")
 
     async def probe_all() -> None:
         for name, cfg in config.channels.items():
@@ -242,9 +281,12 @@ def cmd_test_channel(args: argparse.Namespace) -> int:
         print(f"hitl-mcp: no channel {args.name!r} in the config; channels: {valid}", file=sys.stderr)
         return 2
     cfg = config.channels[args.name]
+    _require_libraries({args.name: cfg})
+    # the outbox logs a failed delivery as the server would; here the one line below says it
+    logging.getLogger("hitl_mcp").setLevel(logging.CRITICAL + 1)
 
     async def go() -> int:
-        async with _broker(args) as broker:
+        async with open_broker(args) as broker:
             broker.channels[args.name] = channel_module(cfg.type).Channel(args.name, cfg, broker)
             result = await broker.notify(
                 AskSpec(
@@ -255,156 +297,16 @@ def cmd_test_channel(args: argparse.Namespace) -> int:
                 )
             )
         for failure in result.failed:
-            print(f"hitl-mcp: {args.name}: not delivered: {failure['error']}", file=sys.stderr)
+            print(
+                f"hitl-mcp: {args.name}: not delivered: {visible(failure['error'], newlines=False)}",
+                file=sys.stderr,
+            )
+        if result.failed:
             return 1
         print(f"{args.name}: test message delivered")
         return 0
 
-    return _run(go)
-
-
-@contextlib.asynccontextmanager
-async def _broker(args: argparse.Namespace) -> AsyncIterator[Any]:
-    from hitl_mcp.anchor import configured_anchor
-    from hitl_mcp.broker import Broker, Defaults
-    from hitl_mcp.runtime import DB_FILE
-    from hitl_mcp.store.health import storage_error
-    from hitl_mcp.store.sqlite import SqliteStore
-
-    config, state_dir = _config(args)
-    store = SqliteStore(state_dir / DB_FILE, configured_anchor(config, state_dir))
-    try:
-        await store.open()
-    except (OSError, sqlite3.Error) as exc:
-        await store.close()
-        raise CliError(storage_error(exc, store.path)) from None
-    try:
-        yield Broker(store, {}, Defaults({}, {}), state_dir=state_dir)
-    except sqlite3.Error as exc:
-        raise CliError(storage_error(exc, store.path)) from None
-    finally:
-        await store.close()
-
-
-def _run(fn: Callable[..., Any], *args: Any) -> int:
-    return int(anyio.run(fn, *args) or 0)
-
-
-def cmd_pending(args: argparse.Namespace) -> int:
-    from hitl_mcp.models import Status
-
-    async def go() -> int:
-        requests: list[Any] = []
-        async with _broker(args) as broker:  # every one, a page at a time: none is hidden by a cap
-            while page := await broker.store.list(
-                Status.PENDING, 1000, requests[-1].id if requests else None
-            ):
-                requests += page
-        _print_requests(requests, args.json, pending=True)
-        return 0
-
-    return _run(go)
-
-
-def cmd_history(args: argparse.Namespace) -> int:
-    async def go() -> int:
-        async with _broker(args) as broker:
-            requests = await broker.store.list(None, max(1, args.limit))
-        _print_requests(requests, args.json, pending=False)
-        return 0
-
-    return _run(go)
-
-
-def _print_requests(requests: list[Any], as_json: bool, pending: bool) -> None:
-    from hitl_mcp.models import iso
-    from hitl_mcp.results import format_duration
-    from hitl_mcp.web.api import request_json
-
-    if as_json:
-        print(json.dumps([request_json(r) for r in requests], indent=2))
-        return
-    if not requests:
-        print("nothing pending" if pending else "no requests yet")
-        return
-    import time
-
-    indent = " " * 18
-    for r in requests:  # the text, choices and names are an agent's or a remote person's: shown, not obeyed
-        line = f"{r.id}  {r.kind.value:<12} {r.status.value:<9} {block(r.text, indent)}"
-        if r.choices:
-            line += f"  [{' / '.join(visible(c, newlines=False) for c in r.choices)}]"
-        print(line)
-        if pending and r.expires_at:
-            left = format_duration(r.expires_at - time.time())
-            print(f"{indent}expires in {left}, from {visible(r.client_name or '?', newlines=False)}")
-        elif not pending and r.status.value != "pending":
-            who = f" by {r.responder} via {r.channel}" if r.responder else ""
-            print(f"{indent}{r.status.value}{visible(who, newlines=False)} at {iso(r.closed_at)}")
-
-
-def _resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
-    from hitl_mcp.broker import NotFound, ReplyInvalid
-    from hitl_mcp.models import Reply
-
-    config, _ = _config(args)
-    if config.server.cli.require_token:  # never the database itself: the server's API, with the token
-        from hitl_mcp.cli_remote import answer_via_api
-
-        return answer_via_api(config, args, reply_fields)
-
-    async def go() -> int:
-        async with _broker(args) as broker:
-            found = await _find(broker, args.id)
-            if len(found) != 1:
-                if found:
-                    why = f"{args.id!r} is the start of more than one request id; give more of it"
-                else:
-                    why = f"no request matches {args.id!r} (see: hitl-mcp pending)"
-                print(f"hitl-mcp: {why}", file=sys.stderr)
-                return 1
-            (request_id,) = found
-            reply = Reply(channel="cli", responder=f"{getpass.getuser()} (terminal)", **reply_fields)
-            try:
-                verdict = await broker.resolve(request_id, reply)
-            except (ReplyInvalid, NotFound) as exc:  # may quote the agent's choices
-                print(f"hitl-mcp: {visible(exc, newlines=False)}", file=sys.stderr)
-                return 1
-            if not verdict.won:  # names who answered, as their channel knows them
-                print(f"hitl-mcp: not recorded: {visible(verdict.reason, newlines=False)}", file=sys.stderr)
-                return 1
-            r = verdict.request
-            what = r.answer if r.kind.value == "question" else ("approved" if r.approved else "denied")
-            print(f"{r.id}: {visible(what, newlines=False)}")
-            return 0
-
-    return _run(go)
-
-
-async def _find(broker: Any, prefix: str) -> list[str]:
-    """The request an id names, or the ones it is the start of (at least 4 characters): a pending
-    request first, else any. Two ids back mean the prefix is ambiguous."""
-    from hitl_mcp.models import Status
-
-    if not prefix.isascii() or not prefix.isprintable():
-        return []
-    if await broker.get(prefix) is not None:
-        return [prefix]
-    if len(prefix) < 4:
-        return []
-    return await broker.store.ids_starting(prefix, Status.PENDING) or await broker.store.ids_starting(prefix)
-
-
-def cmd_answer(args: argparse.Namespace) -> int:
-    return _resolve_cmd(args, text=args.text)
-
-
-def cmd_approve(args: argparse.Namespace) -> int:
-    return _resolve_cmd(args, decision="approve", comment=args.comment)
-
-
-def cmd_deny(args: argparse.Namespace) -> int:
-    return _resolve_cmd(args, decision="deny", comment=args.comment)
+    return run(go)
 
 
 def cmd_logout(args: argparse.Namespace) -> int:
@@ -413,23 +315,23 @@ def cmd_logout(args: argparse.Namespace) -> int:
         return 2
 
     async def go() -> int:
-        async with _broker(args) as broker:
+        async with open_broker(args) as broker:
             ended = await broker.store.end_sessions()
         print(f"ended {ended} inbox session{'' if ended == 1 else 's'}; sign in again with the login link")
         return 0
 
-    return _run(go)
+    return run(go)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from hitl_mcp.cli_audit import audit_head, audit_verify
 
     async def go() -> int:
-        async with _broker(args) as broker:
+        async with open_broker(args) as broker:
             anchor_file = Path(args.anchor) if args.anchor else broker.store.anchor.path
             return await (audit_verify if args.action == "verify" else audit_head)(broker.store, anchor_file)
 
-    return _run(go)
+    return run(go)
 
 
 if __name__ == "__main__":

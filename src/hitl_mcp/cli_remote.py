@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 from hitl_mcp.config import Config
+from hitl_mcp.net import browser_url
 from hitl_mcp.terminal import visible
 
 TIMEOUT = 30.0
@@ -33,9 +34,7 @@ class RemoteError(Exception):
 def server_url(config: Config, given: str | None) -> str:
     if given:
         return given.rstrip("/")
-    host = config.server.http.host
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
-    return f"http://{'[' + host + ']' if ':' in host else host}:{config.server.http.port}"
+    return browser_url(config.server.http.host, config.server.http.port)
 
 
 def web_token(token_file: str | None) -> str:

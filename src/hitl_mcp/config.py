@@ -577,6 +577,8 @@ class _Builder:
         self.doc = _Doc(data=None)
         self.count = 0
         self.active: set[int] = set()
+        self.unset: list[ConfigError] = []
+        """Each ``${NAME}`` whose variable is not set: all of them are reported together."""
 
     def error(self, message: str, node: yaml.Node | None, path: KeyPath) -> ConfigError:
         line = node.start_mark.line + 1 if node is not None else self.doc.line(path)
@@ -674,13 +676,15 @@ class _Builder:
             value = self.env.get(name)
             if value is None or (value == "" and default is not None):
                 if default is None:
-                    raise self.error(
-                        f"environment variable {name} is not set "
-                        f"(write ${{{name}:-default}} to give a default)",
-                        node,
-                        path,
+                    self.unset.append(
+                        self.error(
+                            f"environment variable {name} is not set "
+                            f"(write ${{{name}:-default}} to give a default)",
+                            node,
+                            path,
+                        )
                     )
-                value = default
+                value = default or ""
             else:
                 self.doc.secrets.add(value)
             out.append(value)
@@ -734,6 +738,10 @@ def _read_yaml(text: str, file: str | None, env: Mapping[str, str]) -> _Doc:
             )
         builder.doc.lines[()] = root.start_mark.line + 1
         builder.doc.data = builder.build(root, ())
+        if builder.unset:  # every one at once, before what their absence would break
+            first, *rest = builder.unset
+            first.more = rest
+            raise first
         return builder.doc
     finally:
         loader.dispose()

@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import sqlite3
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,15 +27,15 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hitl_mcp.broker import Broker, Defaults
-from hitl_mcp.channels import channel_module
+from hitl_mcp.channels import channel_module, missing_libraries
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.config import Config
 from hitl_mcp.host_forms import Linking
 from hitl_mcp.models import Kind
-from hitl_mcp.net import is_loopback
+from hitl_mcp.net import browser_url, http_url, is_loopback
 from hitl_mcp.server import Settings, build_server
 from hitl_mcp.store.base import StoreError
-from hitl_mcp.web.auth import DEFAULT_SESSION_TTL, TokenFileUnsafe, WebAuth, load_web_auth
+from hitl_mcp.web.auth import TokenFileUnsafe, WebAuth, configured_web_auth, login_link
 from hitl_mcp.web.deadline import DEFAULT_HEADER_TIMEOUT, with_header_deadline
 from hitl_mcp.web.links import RequestLinks
 
@@ -56,6 +57,13 @@ class ConfigRefused(Exception):
 
 class StoreUnavailable(ConfigRefused):
     """The database cannot be opened or written: no request would be kept, so none is accepted."""
+
+
+def port_taken(host: str, port: int) -> str:
+    return (
+        f"port {port} on {host} is already in use (another hitl-mcp?): choose another port with --port, "
+        "server.http.port in the config, or make run PORT=<port>"
+    )
 
 
 def prepare_state_dir(state_dir: Path) -> None:
@@ -89,17 +97,14 @@ class Runtime:
         """Set when something first needs the broker: over stdio, the side work starts no later."""
         web = [name for name, ch in config.channels.items() if ch.type == "web"]
         self.web_channel = web[0] if web else "api"
-        web_config = config.channels[web[0]] if web else None
-        token = getattr(web_config, "token", None)
-        ttl = getattr(web_config, "session_ttl", DEFAULT_SESSION_TTL)
         try:
-            self.auth: WebAuth = load_web_auth(
-                token.get_secret_value() if token else None, state_dir, session_ttl=ttl
-            )
+            self.auth: WebAuth = configured_web_auth(config, state_dir)
         except TokenFileUnsafe as exc:
             raise ConfigRefused(str(exc)) from None
         self.inbox_url: str | None = config.server.public_url
         """Where a person's browser reaches the inbox: ``server.public_url``, else where we listen."""
+        self.local_url: str | None = None
+        """Where a browser on this machine reaches it (a wildcard bind on loopback): the login link."""
 
     async def broker(self) -> Broker:
         self.wanted.set()
@@ -153,7 +158,14 @@ class Runtime:
             )
             for name, cfg in self.config.channels.items():
                 channel = channel_module(cfg.type).Channel(name, cfg, broker)
-                await channel.start()
+                try:
+                    await channel.start()
+                except ImportError as exc:  # installed, yet broken: still one line, not a traceback
+                    extra = type(channel).extra or cfg.type
+                    raise ConfigRefused(
+                        f"channel {name!r} (type {cfg.type}) cannot load {exc.name or 'a library'} "
+                        f"({exc}): pip install 'mcp-hitl[{extra}]'"
+                    ) from None
                 channels.append(channel)
                 broker.channels[name] = channel
             async with anyio.create_task_group() as tg:
@@ -317,20 +329,26 @@ async def serve(config: Config, state_dir: Path, transport: Transport, host: str
             f"refusing to listen on {host}: off loopback, set a web token first "
             "(channels.<web>.token in the config, or $HITL_WEB_TOKEN)"
         )
+    missing = missing_libraries(config.channels)
+    if missing:
+        raise ConfigRefused(missing)
     prepare_state_dir(state_dir)
     check_database(state_dir / DB_FILE)
     runtime = Runtime(config, state_dir)
-    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    url = http_url(host, port)
     if host not in ("0.0.0.0", "::"):  # a wildcard is no address for a browser: needs public_url
         runtime.inbox_url = runtime.inbox_url or url
+    runtime.local_url = runtime.inbox_url or browser_url(host, port)
     mcp = runtime.build_mcp()
     sock = bind(host, port)
     if sock is None and transport != "stdio":
-        raise ConfigRefused(f"port {port} on {host} is already in use")
+        raise ConfigRefused(port_taken(host, port))
+    if sock is None:
+        log.warning("hitl-mcp: %s; running without the inbox, sharing %s", port_taken(host, port), state_dir)
     try:
         await _serve(runtime, mcp, transport, host, sock, url, state_dir)
     except BaseExceptionGroup as group:  # surface the one that says why, not the group
-        unavailable, _ = group.split(StoreUnavailable)
+        unavailable, _ = group.split(ConfigRefused)
         while isinstance(unavailable, BaseExceptionGroup):
             unavailable = unavailable.exceptions[0]
         if unavailable is not None:
@@ -347,10 +365,6 @@ async def _serve(
     url: str,
     state_dir: Path,
 ) -> None:
-    if sock is None:
-        log.warning(
-            "hitl-mcp: %s is taken (another hitl-mcp?); running without the inbox, sharing %s", url, state_dir
-        )
     if transport != "stdio":
         assert sock is not None
         _announce(runtime, transport, url)
@@ -413,7 +427,16 @@ def _import_side_modules() -> None:
 
 
 def _announce(runtime: Runtime, transport: Transport, url: str) -> None:
-    log.warning("hitl-mcp: inbox at %s/login?token=<token> (token: %s)", url, runtime.auth.source)
+    """Where the inbox is. The login link, which holds the web token, only on a terminal: never into a
+    log file or a host's log (``hitl-mcp inbox`` prints it whenever it is wanted)."""
+    address = runtime.local_url or url
+    log.warning(
+        "hitl-mcp: inbox at %s (sign in with the link `hitl-mcp inbox` prints; web token: %s)",
+        address,
+        runtime.auth.source,
+    )
+    if sys.stderr.isatty():
+        print(f"hitl-mcp: open the inbox: {login_link(address, runtime.auth.token)}", file=sys.stderr)
     if transport == "http":
         log.warning("hitl-mcp: MCP (streamable HTTP) at %s/mcp", url)
     elif transport == "sse":

@@ -109,6 +109,14 @@ class Channel:
     #: routes are mounted at /webhooks/<channel name>/; also at /webhooks/<webhook_alias>/ when this
     #: is the only channel of its type (e.g. "slack", "twilio"), as providers' docs expect
     webhook_alias: ClassVar[str | None] = None
+    #: the package extra that installs this channel's libraries: ``pip install 'mcp-hitl[<extra>]'``
+    extra: ClassVar[str | None] = None
+
+    @classmethod
+    def libraries(cls, config: Any) -> tuple[str, ...]:
+        """The top-level modules this channel, so configured, imports when it runs (each must be
+        installed: ``serve``, ``check`` and ``test-channel`` refuse to start without them)."""
+        return ()
 
     def __init__(self, name: str, config: ChannelConfig, hub: Hub) -> None:
         self.name = name
@@ -129,6 +137,12 @@ class Channel:
         """Whether an approval of this risk may be given here (a person answers every channel but
         the host's own form, which the MCP client draws)."""
         return True
+
+    @property
+    def check_seconds(self) -> float:
+        """How long ``check`` may take: longer than the channel's own timeouts, so that a server
+        that never answers is reported by the channel, which can say which server and for how long."""
+        return 30.0
 
     async def check(self) -> str:
         """Verify credentials and reachability (``hitl-mcp check``); return a short description, or

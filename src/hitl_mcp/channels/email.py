@@ -302,6 +302,17 @@ class _Batch:
 
 class Channel(BaseChannel):
     type = "email"
+    extra = "email"
+
+    @classmethod
+    def libraries(cls, config: Any) -> tuple[str, ...]:
+        """SMTP to send; IMAP and the reply parser only when replies are read."""
+        return ("aiosmtplib", "imapclient", "mailparser_reply") if config.imap else ("aiosmtplib",)
+
+    @property
+    def check_seconds(self) -> float:
+        cfg = self.config
+        return 3 * cfg.smtp.timeout + (3 * cfg.imap.timeout if cfg.imap else 0) + 10
 
     def __init__(self, name: str, config: ChannelConfig, hub: Hub) -> None:
         super().__init__(name, config, hub)
@@ -561,7 +572,7 @@ class Channel(BaseChannel):
             refused = ", ".join(f"{r.recipient} ({r.code} {r.message.strip()})" for r in exc.recipients)
             msg, permanent, retry = f"{where} refused the recipient: {refused}", True, None
         elif isinstance(exc, aiosmtplib.SMTPTimeoutError | TimeoutError):
-            msg, permanent, retry = f"{where} did not answer within {cfg.timeout:g}s", False, None
+            msg, permanent, retry = f"{where} did not answer within {cfg.timeout:g} s", False, None
         elif isinstance(exc, aiosmtplib.SMTPNotSupported):
             msg, permanent, retry = f"{where}: {exc}", True, None
         elif isinstance(exc, aiosmtplib.SMTPResponseException):
@@ -670,7 +681,9 @@ class Channel(BaseChannel):
                 with anyio.fail_after(imap.timeout * 3):
                     count = await anyio.to_thread.run_sync(self._imap_check, abandon_on_cancel=True)
             except TimeoutError:
-                raise DeliveryError(f"IMAP {imap.host}:{imap.port_number} did not answer") from None
+                raise DeliveryError(
+                    f"IMAP {imap.host}:{imap.port_number} did not answer within {imap.timeout * 3:g} s"
+                ) from None
             except Exception as exc:
                 raise DeliveryError(self._imap_error(exc), permanent=True) from None
             parts.append(f"imap {imap.username}@{imap.host}:{imap.port_number} {imap.folder} ({count} mails)")

@@ -148,7 +148,12 @@ class Config(ChannelConfig):
 class Channel(BaseChannel):
     type = "slack"
     webhook_alias = "slack"
+    extra = "slack"
     config: Config
+
+    @classmethod
+    def libraries(cls, config: Any) -> tuple[str, ...]:
+        return ("slack_sdk", "aiohttp")
 
     def __init__(self, name: str, config: ChannelConfig, hub: Any) -> None:
         super().__init__(name, config, hub)

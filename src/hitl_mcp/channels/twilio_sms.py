@@ -385,6 +385,7 @@ class _Sent:
 class Channel(BaseChannel):
     type = "twilio_sms"
     webhook_alias: ClassVar[str | None] = "twilio"
+    extra: ClassVar[str | None] = "sms"
     #: seconds one API call may take; after a send times out its outcome is unknown
     http_timeout: float = 10.0
 
@@ -398,6 +399,10 @@ class Channel(BaseChannel):
         self._code_lock = anyio.Lock()
         #: where a new code comes from; the allocator skips codes in use
         self.next_code: Callable[[], str] = lambda: str(1000 + secrets.randbelow(9000))
+
+    @classmethod
+    def libraries(cls, config: Any) -> tuple[str, ...]:
+        return ("twilio", "aiohttp")
 
     # --- life cycle -------------------------------------------------------------------------
 

@@ -30,7 +30,16 @@ from hitl_mcp.web.pages import page_routes
 from hitl_mcp.web.sessions import Sessions
 from hitl_mcp.web.signin import signin_routes
 
-__all__ = ["MAX_BODY", "REPLY_FIELDS", "WEB_RESPONDER", "api_routes", "error", "healthz", "request_json"]
+__all__ = [
+    "MAX_BODY",
+    "REPLY_FIELDS",
+    "WEB_RESPONDER",
+    "api_routes",
+    "error",
+    "healthz",
+    "request_detail",
+    "request_json",
+]
 
 GetBroker = Callable[[], Awaitable[Broker]]
 
@@ -62,6 +71,42 @@ def request_json(request: Request) -> dict[str, Any]:
     }
     if request.kind != Kind.NOTIFICATION:
         data["outcome"] = to_outcome(request, 0.0).model_dump(mode="json", exclude={"waited_seconds"})
+    return data
+
+
+async def request_detail(store: Any, request: Request) -> dict[str, Any]:
+    """``GET /api/requests/{id}`` (and ``hitl-mcp show --json``): the request, its deliveries, the
+    replies it received and its audit rows (the trail)."""
+    data = request_json(request)
+    data["deliveries"] = [
+        {
+            "channel": d.channel,
+            "action": d.action,
+            "status": d.status,
+            "attempts": d.attempts,
+            "error": d.error,
+            "at": iso(d.updated_at),
+        }
+        for d in await store.deliveries(request.id)
+    ]
+    data["replies"] = [
+        {
+            "channel": r.channel,
+            "responder": r.responder,
+            "text": r.text,
+            "choice": r.choice,
+            "decision": r.decision,
+            "comment": r.comment,
+            "at": iso(r.received_at),
+            "won": r.won,
+            "reason": r.reason,
+        }
+        for r in await store.replies(request.id)
+    ]
+    data["audit"] = [
+        {"seq": a.seq, "at": iso(a.at), "event": a.event, "actor": a.actor, "data": a.data}
+        for a in await store.audit(request.id)
+    ]
     return data
 
 
@@ -112,36 +157,7 @@ def json_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> 
         request = await broker.get(http.path_params["id"])
         if request is None:
             return error(404, "no such request")
-        data = request_json(request)
-        data["deliveries"] = [
-            {
-                "channel": d.channel,
-                "action": d.action,
-                "status": d.status,
-                "attempts": d.attempts,
-                "error": d.error,
-                "at": iso(d.updated_at),
-            }
-            for d in await broker.store.deliveries(request.id)
-        ]
-        data["replies"] = [
-            {
-                "channel": r.channel,
-                "responder": r.responder,
-                "text": r.text,
-                "choice": r.choice,
-                "decision": r.decision,
-                "comment": r.comment,
-                "at": iso(r.received_at),
-                "won": r.won,
-                "reason": r.reason,
-            }
-            for r in await broker.store.replies(request.id)
-        ]
-        data["audit"] = [
-            {"seq": a.seq, "at": iso(a.at), "event": a.event, "actor": a.actor, "data": a.data}
-            for a in await broker.store.audit(request.id)
-        ]
+        data = await request_detail(broker.store, request)
         return JSONResponse(data)
 
     async def reply(http: HttpRequest) -> Response:

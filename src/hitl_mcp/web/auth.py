@@ -18,6 +18,8 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 from starlette.requests import HTTPConnection
 
@@ -78,6 +80,20 @@ def load_web_auth(
         with os.fdopen(fd, "w") as fh:
             fh.write(token + "\n")
     return WebAuth(token, str(path), session_ttl)
+
+
+def configured_web_auth(config: Any, state_dir: Path) -> WebAuth:
+    """The web token as a server with ``config`` uses it (its first web channel's ``token`` and
+    ``session_ttl``): the runtime and ``hitl-mcp inbox`` agree on it."""
+    web = next((ch for ch in config.channels.values() if ch.type == "web"), None)
+    token = getattr(web, "token", None)
+    ttl = getattr(web, "session_ttl", DEFAULT_SESSION_TTL)
+    return load_web_auth(token.get_secret_value() if token else None, state_dir, session_ttl=ttl)
+
+
+def login_link(address: str, token: str) -> str:
+    """The inbox's login link: opening it signs a browser in (the token then leaves the address bar)."""
+    return f"{address.rstrip('/')}/login?token={quote(token, safe='')}"
 
 
 def _private(path: Path) -> None:
