@@ -219,7 +219,9 @@ def cmd_init(args: argparse.Namespace) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(starter_config_text())
     except OSError as exc:
-        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from None
+        blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        why = f"{blocker} is a file, not a folder" if blocker else exc.strerror or exc
+        raise CliError(f"cannot write {path}: {why}") from None
     print(f"wrote {path}; check it with: hitl-mcp check --config {path}")
     return 0
 

@@ -182,7 +182,8 @@ def print_request(r: Any, detail: dict[str, Any]) -> None:
     field("id", r.id)
     field("kind", r.kind.value + (f", risk {r.risk}" if r.risk else ""))
     field("status", outcome_words(r))
-    field("from", one_line(r.client_name or "?") + (f" (owner {one_line(r.owner)})" if r.owner else ""))
+    owner = f" (as {one_line(r.owner)})" if r.owner and r.owner != r.client_name else ""
+    field("from", one_line(r.client_name or "?") + owner)
     field("asked", iso(r.created_at))
     if r.expires_at:
         field("expires", iso(r.expires_at))
@@ -205,15 +206,18 @@ def print_request(r: Any, detail: dict[str, Any]) -> None:
         print("payload")  # JSON escapes control characters itself; visible() shows the invisible ones
         for line in visible(pretty_json(r.payload)).split("\n"):
             print(f"  {line}")
-    print("trail")
+    print("trail")  # the audit rows, and where each delivery stands, in time order
+    trail: list[tuple[str, str]] = []
     for row in detail["audit"]:
         actor = f" by {one_line(row['actor'])}" if row["actor"] else ""
         data = f" {one_line(json.dumps(row['data'], ensure_ascii=False))}" if row["data"] else ""
-        print(f"  {row['at']}  {one_line(row['event'])}{actor}{data}")
+        trail.append((row["at"], f"{one_line(row['event'])}{actor}{data}"))
     for d in detail["deliveries"]:
         error = f": {one_line(d['error'])}" if d["error"] else ""
         tries = f" ({d['attempts']} attempts)" if d["attempts"] > 1 else ""
-        print(f"  {d['at']}  {d['action']} to {one_line(d['channel'])}: {d['status']}{tries}{error}")
+        trail.append((d["at"], f"{d['action']} to {one_line(d['channel'])}: {d['status']}{tries}{error}"))
+    for at, what in sorted(trail, key=lambda item: item[0]):
+        print(f"  {at}  {what}")
 
 
 # ---------------------------------------------------------------------------------------- answers
