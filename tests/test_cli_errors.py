@@ -142,7 +142,8 @@ def test_init_creates_missing_folders(tmp_path: Path, state_dir: Path) -> None:
     under_a_file = tmp_path / "file" / "hitl.yaml"
     failed = run(state_dir, "init", str(under_a_file))
     assert failed.returncode == 1
-    assert failed.stderr == f"hitl-mcp: cannot write {under_a_file}: {tmp_path / 'file'} is a file, not a folder\n"
+    blocker = tmp_path / "file"
+    assert failed.stderr == f"hitl-mcp: cannot write {under_a_file}: {blocker} is a file, not a folder\n"
 
 
 @pytest.mark.anyio
