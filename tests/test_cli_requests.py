@@ -75,7 +75,8 @@ async def test_show_prints_one_request_whole(state_dir: Path) -> None:
     assert err == "hitl-mcp: no request matches 'ffffffffffff' (see: hitl-mcp pending)\n"
 
 
-async def test_pending_shows_the_risk_and_history_says_what_became_of_each(state_dir: Path) -> None:
+async def asked(state_dir: Path) -> tuple[str, str, str]:
+    """A high-risk and a low-risk approval, a question and a notification; their ids."""
     agent = Implementation(name="claude-code", version="1")
     async with running(state_dir) as rt, Client(rt.build_mcp(), client_info=agent) as client:
         high = sc(
@@ -88,7 +89,11 @@ async def test_pending_shows_the_risk_and_history_says_what_became_of_each(state
         )["request_id"]
         question = sc(await client.call_tool("ask_user", {"question": "Which region?", "wait_seconds": 0}))
         sc(await client.call_tool("notify_user", {"message": "Backup done"}))
+    return high, low, question["request_id"]
 
+
+async def test_pending_shows_the_risk(state_dir: Path) -> None:
+    high, low, question = await asked(state_dir)
     code, out, err = await cli(state_dir, "pending")
     assert code == 0, err
     lines = out.splitlines()
@@ -96,12 +101,15 @@ async def test_pending_shows_the_risk_and_history_says_what_became_of_each(state
     assert re.fullmatch(r" {18}risk high · expires in .+ · from claude-code", lines[at + 1]), lines[at + 1]
     at = lines.index(next(line for line in lines if line.startswith(low)))
     assert lines[at + 1].startswith(" " * 18 + "risk low · expires in ")
-    at = lines.index(next(line for line in lines if line.startswith(question["request_id"])))
+    at = lines.index(next(line for line in lines if line.startswith(question)))
     assert lines[at + 1].startswith(" " * 18 + "expires in ")  # a question has no risk
 
+
+async def test_history_says_approved_or_denied_and_never_none(state_dir: Path) -> None:
+    high, low, question = await asked(state_dir)
     assert (await cli(state_dir, "approve", high))[0] == 0
     assert (await cli(state_dir, "deny", low))[0] == 0
-    assert (await cli(state_dir, "answer", question["request_id"], "eu-west-1"))[0] == 0
+    assert (await cli(state_dir, "answer", question, "eu-west-1"))[0] == 0
     code, out, err = await cli(state_dir, "history")
     assert code == 0, err
     assert "None" not in out
@@ -112,8 +120,6 @@ async def test_pending_shows_the_risk_and_history_says_what_became_of_each(state
 
     assert re.fullmatch(r"approved by \S+ \(terminal\) via cli at 20.+Z", outcome(high))
     assert re.fullmatch(r"denied by \S+ \(terminal\) via cli at 20.+Z", outcome(low))
-    assert re.fullmatch(
-        r"answered “eu-west-1” by \S+ \(terminal\) via cli at 20.+Z", outcome(question["request_id"])
-    )
+    assert re.fullmatch(r"answered “eu-west-1” by \S+ \(terminal\) via cli at 20.+Z", outcome(question))
     note = next(second.strip() for first, second in said.items() if "Backup done" in first)
     assert re.fullmatch(r"notification, sent to web at 20.+Z", note), note

@@ -103,7 +103,10 @@ async def test_port_taken_by_another_process_fails_http_transport(tmp_path: Path
             [PYTHON, *serve_args(config, "--transport", "http")], env=server_env(state_dir), check=False
         )
     assert second.returncode == 2
-    assert b"already in use" in second.stderr
+    assert second.stderr.decode() == (  # one line, naming each way to choose another port
+        f"hitl-mcp: port {port} on 127.0.0.1 is already in use (another hitl-mcp?): choose another port "
+        "with --port, server.http.port in the config, or make run PORT=<port>\n"
+    )
 
 
 async def test_refuses_non_loopback_without_token(tmp_path: Path, state_dir: Path) -> None:
