@@ -211,7 +211,7 @@ class Runtime:
         from hitl_mcp.web.rebinding import Allowed, HostCheck
 
         routes: list[BaseRoute] = [Route("/healthz", healthz, methods=["GET"])]
-        routes += api_routes(self.broker, self.auth, self.web_channel)
+        routes += api_routes(self.broker, self.auth, self.web_channel, self.config.server.public_url)
         routes += self.channel_routes()
         lifespan = None
         # on loopback, HostCheck (below) checks Host and Origin for every route, MCP's included, with

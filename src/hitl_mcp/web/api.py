@@ -110,9 +110,11 @@ async def request_detail(store: Any, request: Request) -> dict[str, Any]:
     return data
 
 
-def api_routes(get_broker: GetBroker, auth: WebAuth, web_channel: str) -> list[BaseRoute]:
+def api_routes(
+    get_broker: GetBroker, auth: WebAuth, web_channel: str, public_url: str | None = None
+) -> list[BaseRoute]:
     """The JSON API, the inbox pages, sign-in, ``/events`` and the static shell."""
-    sessions = Sessions(auth, get_broker)
+    sessions = Sessions(auth, get_broker, public_url)
     return (
         json_routes(get_broker, sessions, web_channel)
         + signin_routes(get_broker, sessions)

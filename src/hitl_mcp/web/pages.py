@@ -9,42 +9,30 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping
-from functools import cache
-from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl
 
-from jinja2 import Environment, PackageLoader
 from starlette.requests import Request as HttpRequest
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from hitl_mcp import __version__
 from hitl_mcp.broker import Broker, NotFound, ReplyInvalid
-from hitl_mcp.models import Kind, Reply, Request, Status, canonical_json, iso, now
-from hitl_mcp.web import MAX_BODY, REPLY_FIELDS, WEB_RESPONDER
+from hitl_mcp.models import Kind, Reply, Request, Status, iso, now
+from hitl_mcp.web import REPLY_FIELDS, WEB_RESPONDER
+from hitl_mcp.web.pagekit import ENV, SHELL, STATIC_DIR, read_form, render, static_url, wants_json
 from hitl_mcp.web.sessions import Access, Sessions
+from hitl_mcp.web.signin import signed_out
 from hitl_mcp.web.views import (
     HISTORY_KINDS,
     HISTORY_STATUSES,
     HistoryFilter,
     agent_groups,
     agent_name,
-    ago,
     already_line,
-    clock,
-    expires_soon,
-    outcome_line,
-    pretty_json,
-    session_label,
-    time_left,
-    visible_payload,
 )
 
 GetBroker = Callable[[], Awaitable[Broker]]
 
-STATIC_DIR = Path(__file__).parent / "static"
 #: pending requests on one page of the inbox; the rest are a link away ("n more")
 PENDING_PAGE = 200
 NOTIFICATION_SCAN = 100
@@ -53,108 +41,10 @@ HISTORY_SCAN = 2000
 HISTORY_LIMIT = 200
 DISMISSED = "dismissed"
 
-PAGE_HEADERS = {
-    "Cache-Control": "no-store",
-    "Content-Security-Policy": (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; manifest-src 'self'; worker-src 'self'; "
-        "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
-    ),
-    "Referrer-Policy": "no-referrer",
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-}
-
-
-@cache
-def asset_version(name: str) -> str:
-    """A content hash for cache busting: ``/static/app.css?v=<hash>``."""
-    return hashlib.sha256((STATIC_DIR / name).read_bytes()).hexdigest()[:10]
-
-
-def static_url(name: str) -> str:
-    return f"/static/{name}?v={asset_version(name)}"
-
-
-SHELL = ("app.css", "app.js", "icon.svg", "icon-192.png", "icon-512.png", "offline.html")
-
-
-def _environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("hitl_mcp.web", "templates"),
-        autoescape=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.globals.update(
-        version=__version__,
-        static=static_url,
-        iso=iso,
-        clock=clock,
-        ago=ago,
-        time_left=time_left,
-        expires_soon=expires_soon,
-        pretty_json=pretty_json,
-        visible_payload=visible_payload,
-        compact_json=canonical_json,
-        outcome_line=outcome_line,
-        agent_name=agent_name,
-        session_label=session_label,
-        Kind=Kind,
-        Status=Status,
-    )
-    return env
-
-
-ENV = _environment()
-
-
-def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
-    html = ENV.get_template(name).render(**context)
-    return HTMLResponse(html, status, headers=PAGE_HEADERS)
-
-
-def wants_json(http: HttpRequest) -> bool:
-    return "application/json" in http.headers.get("accept", "")
-
-
-def safe_next(value: str | None) -> str:
-    """Only a local path: never another site (``//host``) or a scheme."""
-    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
-        return "/"
-    return value
-
-
-async def read_form(http: HttpRequest) -> tuple[dict[str, str] | None, tuple[int, str] | None]:
-    """The urlencoded body, read up to ``MAX_BODY`` bytes; or the status and message refusing it."""
-    body = b""
-    async for chunk in http.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            return None, (413, f"The form is larger than {MAX_BODY} bytes.")
-    ctype = http.headers.get("content-type", "").split(";")[0].strip().lower()
-    if body and ctype != "application/x-www-form-urlencoded":
-        return None, (415, "Send the form as application/x-www-form-urlencoded.")
-    try:  # strict: bytes that are not UTF-8, raw or %-encoded, are refused rather than replaced
-        pairs = parse_qsl(
-            body.decode(), keep_blank_values=True, max_num_fields=20, encoding="utf-8", errors="strict"
-        )
-    except UnicodeDecodeError:
-        return None, (400, "The form is not valid UTF-8 text.")
-    except ValueError:
-        return None, (400, "The form could not be read.")
-    return dict(pairs), None
-
 
 def csrf_ok(http: HttpRequest, access: Access, form: Mapping[str, str]) -> bool:
     """A bearer token is never sent by a browser on its own; a cookie is, so it needs the CSRF token."""
     return access.csrf_ok(http.headers.get("x-csrf-token") or form.get("csrf"))
-
-
-def signed_out(http: HttpRequest, then: str | None = None) -> Response:
-    if wants_json(http):
-        return JSONResponse({"ok": False, "error": "Sign in first."}, status_code=401)
-    return render("signin.html", 401, page="signin", signed_in=False, now=now(), pending_count=0, then=then)
 
 
 async def notification_feed(broker: Broker) -> list[Request]:
@@ -207,7 +97,7 @@ def page_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> 
 
     async def inbox(http: HttpRequest) -> Response:
         if await sessions.read(http) is None:
-            return signed_out(http)
+            return signed_out(http, sessions)
         broker = await get_broker()
         before = http.query_params.get("before") or None
         if before is not None and (len(before) > 64 or await broker.get(before) is None):
@@ -240,7 +130,7 @@ def page_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> 
         draft: Mapping[str, str] | None = None,
     ) -> Response:
         if await sessions.read(http) is None:
-            return signed_out(http)
+            return signed_out(http, sessions)
         broker = await get_broker()
         request = await broker.get(http.path_params["id"])
         if request is None:
@@ -263,7 +153,7 @@ def page_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> 
     async def answer(http: HttpRequest) -> Response:
         access = await sessions.read(http)
         if access is None:
-            return signed_out(http)
+            return signed_out(http, sessions)
         request_id = http.path_params["id"]
         form, refused = await read_form(http)
         if refused is not None or form is None:
@@ -302,7 +192,7 @@ def page_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> 
                     comment=form.get("comment", ""),
                     back=f"/requests/{request.id}" if form.get("next") == "request" else "/",
                     next=form.get("next", ""),
-                    **base_context(await pending_count(broker), "confirm"),
+                    **base_context(http, await pending_count(broker), "confirm"),
                 )
         # the button pressed says what the answer is: a decision, else a choice, else the text
         what = "decision" if decision is not None else "choice" if fields["choice"] is not None else "text"
@@ -350,7 +240,7 @@ def page_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> 
     async def dismiss(http: HttpRequest) -> Response:
         access = await sessions.read(http)
         if access is None:
-            return signed_out(http)
+            return signed_out(http, sessions)
         form, refused = await read_form(http)
         if refused is not None or form is None:
             status, message = refused or (400, "The form could not be read.")
@@ -377,7 +267,7 @@ def page_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> 
 
     async def history(http: HttpRequest) -> Response:
         if await sessions.read(http) is None:
-            return signed_out(http)
+            return signed_out(http, sessions)
         broker = await get_broker()
         wanted = HistoryFilter.from_query(http.query_params)
         scanned = await broker.store.list(None, HISTORY_SCAN)

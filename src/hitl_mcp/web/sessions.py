@@ -9,6 +9,11 @@ overwrite, the same cookie. The store keeps only the id's SHA-256 and its expiry
 
 The CSRF token a page embeds is derived from the session id and the web token: it is worth nothing
 with any other session, and nothing once the session ends.
+
+The sign-in form comes before any session, so its CSRF token is a signed double submit: the page
+sets a random nonce in a cookie of its own (``hitl_signin_<port>``: ``HttpOnly``, ``SameSite=Strict``,
+``Path=/login``) and embeds the nonce's HMAC under the web token; ``POST /login`` needs both to match.
+A page on another site can neither read the cookie nor compute the HMAC.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ from hitl_mcp.models import now
 from hitl_mcp.web.auth import WebAuth
 
 COOKIE = "hitl_session"
+SIGNIN_COOKIE = "hitl_signin"
+#: how long a sign-in form stays good
+SIGNIN_TTL = 3600
 #: longer cookie values are not ours: refused before any lookup
 MAX_ID_LENGTH = 128
 
@@ -37,10 +45,31 @@ def digest(session_id: str) -> str:
     return hashlib.sha256(session_id.encode()).hexdigest()
 
 
-def cookie_name(conn: HTTPConnection) -> str:
+def cookie_name(conn: HTTPConnection, base: str = COOKIE) -> str:
     """``hitl_session_<port>``, the port the request came in on."""
     server = conn.scope.get("server")
-    return f"{COOKIE}_{server[1]}" if server and server[1] else COOKIE
+    return f"{base}_{server[1]}" if server and server[1] else base
+
+
+@dataclass(frozen=True)
+class SigninForm:
+    """The CSRF token a sign-in form embeds, and the nonce cookie it stands for."""
+
+    csrf: str
+    nonce: str
+    new: bool
+
+    def set_cookie(self, conn: HTTPConnection, response: Response) -> None:
+        if self.new:
+            response.set_cookie(
+                cookie_name(conn, SIGNIN_COOKIE),
+                self.nonce,
+                max_age=SIGNIN_TTL,
+                path="/login",
+                httponly=True,
+                samesite="strict",
+                secure=conn.url.scheme == "https",
+            )
 
 
 @dataclass(frozen=True)
@@ -60,9 +89,30 @@ class Access:
 
 
 class Sessions:
-    def __init__(self, auth: WebAuth, get_broker: GetBroker) -> None:
+    def __init__(self, auth: WebAuth, get_broker: GetBroker, public_url: str | None = None) -> None:
         self.auth = auth
         self.get_broker = get_broker
+        self.public_url = public_url.rstrip("/") if public_url else None
+        """``server.public_url``: where the sign-in page says the inbox is, else where the browser came."""
+
+    def address(self, conn: HTTPConnection) -> str:
+        """The inbox's address as the person should see it: the public URL, else the one in use."""
+        return self.public_url or str(conn.base_url).rstrip("/")
+
+    def signin_form(self, conn: HTTPConnection) -> SigninForm:
+        """The CSRF token for a sign-in form: the nonce the browser already holds, or a new one."""
+        held = conn.cookies.get(cookie_name(conn, SIGNIN_COOKIE), "")
+        nonce = held if 16 <= len(held) <= MAX_ID_LENGTH else secrets.token_urlsafe(24)
+        return SigninForm(self._signin_mac(nonce), nonce, new=nonce != held)
+
+    def signin_csrf_ok(self, conn: HTTPConnection, sent: str | None) -> bool:
+        held = conn.cookies.get(cookie_name(conn, SIGNIN_COOKIE), "")
+        if not sent or not 16 <= len(held) <= MAX_ID_LENGTH:
+            return False
+        return hmac.compare_digest(str(sent).encode(), self._signin_mac(held).encode())
+
+    def _signin_mac(self, nonce: str) -> str:
+        return hmac.new(self.auth.token.encode(), f"signin\n{nonce}".encode(), hashlib.sha256).hexdigest()
 
     async def read(self, conn: HTTPConnection) -> Access | None:
         """The bearer token, else a live session; None for anyone else. Kept on ``conn.state``."""

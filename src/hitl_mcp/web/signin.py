@@ -1,9 +1,15 @@
-"""Signing in to the inbox (``GET /login?token=...``) and URL-mode elicitation links (``/link/{token}``).
+"""Signing in to the inbox and URL-mode elicitation links (``/link/{token}``).
 
-Signing in proves the web token once and starts a new inbox session (``sessions.py``); the token
-then leaves the address bar by a redirect. A link is not a credential: whoever opens it must be
-signed in (the MCP spec forbids pre-authenticated links, and an agent that reads the link must not
-be able to answer its own request).
+Signing in proves the web token once and starts a new inbox session (``sessions.py``), either with
+the login link (``GET /login?token=...``: the token then leaves the address bar by a redirect) or
+by pasting the token into the sign-in form (``POST /login``, with the form's own CSRF token, see
+``sessions.py``). Wrong tokens are limited per client address (``throttle.py``): past the limit
+both answer 429 with ``Retry-After``, whatever the token. The page names the inbox's real address
+(``server.public_url``, else the one the browser used).
+
+A link is not a credential: whoever opens it must be signed in (the MCP spec forbids
+pre-authenticated links, and an agent that reads the link must not be able to answer its own
+request).
 """
 
 from __future__ import annotations
@@ -12,35 +18,104 @@ import html
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request as HttpRequest
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from hitl_mcp.broker import Broker
 from hitl_mcp.models import now
 from hitl_mcp.web import WEB_RESPONDER
 from hitl_mcp.web.links import LINK_PATH, SPENT, RequestLinks
-from hitl_mcp.web.pages import PAGE_HEADERS, render, safe_next, signed_out
-from hitl_mcp.web.sessions import Sessions
+from hitl_mcp.web.pagekit import PAGE_HEADERS, read_form, render, safe_next, wants_json
+from hitl_mcp.web.sessions import SIGNIN_COOKIE, Sessions, cookie_name
+from hitl_mcp.web.throttle import Throttle
 
 GetBroker = Callable[[], Awaitable[Broker]]
 
 NO_TRACE = {"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
 
 
+def signin_page(http: HttpRequest, sessions: Sessions, status: int = 401, **context: object) -> Response:
+    """The sign-in page: where the inbox is, the token field (with its CSRF token and cookie) and how
+    to get the login link."""
+    form = sessions.signin_form(http)
+    response = render(
+        "signin.html",
+        status,
+        page="signin",
+        signed_in=False,
+        now=now(),
+        pending_count=0,
+        address=sessions.address(http),
+        signin_csrf=form.csrf,
+        **context,
+    )
+    form.set_cookie(http, response)
+    return response
+
+
+def signed_out(http: HttpRequest, sessions: Sessions, then: str | None = None) -> Response:
+    if wants_json(http):
+        return JSONResponse({"ok": False, "error": "Sign in first."}, status_code=401)
+    return signin_page(http, sessions, then=then)
+
+
 def signin_routes(get_broker: GetBroker, sessions: Sessions) -> list[BaseRoute]:
     auth = sessions.auth
     links = RequestLinks(auth)
+    throttle = Throttle()
+
+    async def signed_in(http: HttpRequest, client: str, then: str | None) -> Response:
+        throttle.succeeded(client)
+        response = RedirectResponse(safe_next(then), status_code=303, headers=NO_TRACE)
+        await sessions.start(http, response)
+        form_cookie = cookie_name(http, SIGNIN_COOKIE)
+        if form_cookie in http.cookies:  # the sign-in form's nonce has done its work
+            response.delete_cookie(form_cookie, path="/login", httponly=True, samesite="strict")
+        return response
+
+    def too_many(http: HttpRequest, wait: int, then: str | None) -> Response:
+        response = signin_page(http, sessions, 429, then=then, too_many=wait)
+        response.headers["Retry-After"] = str(wait)
+        return response
 
     async def login(http: HttpRequest) -> Response:
-        if not auth.check_token(http.query_params.get("token")):
-            return render(
-                "signin.html", 401, page="signin", signed_in=False, now=now(), pending_count=0, bad_link=True
+        """The login link: ``/login?token=...``; without a token, the sign-in page."""
+        token = http.query_params.get("token")
+        then = http.query_params.get("next")
+        if token is None:
+            return signin_page(http, sessions, 200, then=then if then and then != "/" else None)
+        client = _client(http)
+        wait = throttle.retry_after(client)
+        if wait is not None:
+            return too_many(http, wait, then)
+        if not auth.check_token(token):
+            throttle.failed(client)
+            return signin_page(http, sessions, bad_link=True)
+        return await signed_in(http, client, then)
+
+    async def login_form(http: HttpRequest) -> Response:
+        """The sign-in form: the token pasted, with the form's CSRF token and its cookie."""
+        form, refused = await read_form(http)
+        if refused is not None or form is None:
+            status, message = refused or (400, "The form could not be read.")
+            return signin_page(http, sessions, status, problem=message)
+        then = form.get("next") or None
+        if not sessions.signin_csrf_ok(http, form.get("csrf")):
+            return signin_page(
+                http,
+                sessions,
+                403,
+                then=then,
+                problem="This form did not come from this page, or it is out of date. Try again.",
             )
-        response = RedirectResponse(
-            safe_next(http.query_params.get("next")), status_code=303, headers=NO_TRACE
-        )
-        await sessions.start(http, response)
-        return response
+        client = _client(http)
+        wait = throttle.retry_after(client)
+        if wait is not None:
+            return too_many(http, wait, then)
+        if not auth.check_token(form.get("token", "").strip()):
+            throttle.failed(client)
+            return signin_page(http, sessions, then=then, problem="That is not the web token. Try again.")
+        return await signed_in(http, client, then)
 
     async def open_link(http: HttpRequest) -> Response:
         """A link from a host's URL-mode elicitation, to one request's page: checked, then spent
@@ -54,7 +129,7 @@ def signin_routes(get_broker: GetBroker, sessions: Sessions) -> list[BaseRoute]:
         if await sessions.read(http) is None:  # not spent: it works once signed in
             if http.headers.get("sec-fetch-site") == "cross-site":
                 return _from_our_origin(http.url.path)
-            return signed_out(http, then=f"/link/{token}")
+            return signed_out(http, sessions, then=f"/link/{token}")
         broker = await get_broker()
         if await broker.get(link.request_id) is None:
             return _link_problem(404, "Link not valid", "There is no such request.")
@@ -68,8 +143,13 @@ def signin_routes(get_broker: GetBroker, sessions: Sessions) -> list[BaseRoute]:
 
     return [
         Route("/login", login, methods=["GET"]),
+        Route("/login", login_form, methods=["POST"]),
         Route(LINK_PATH, open_link, methods=["GET"]),
     ]
+
+
+def _client(http: HttpRequest) -> str:
+    return http.client.host if http.client else "unknown"
 
 
 def _from_our_origin(path: str) -> HTMLResponse:
