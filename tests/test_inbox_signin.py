@@ -64,7 +64,8 @@ async def test_the_token_field_signs_in_and_keeps_the_token_out_of_the_address(
             async with page.expect_response(f"{inbox.url}/login") as wrong:
                 await page.get_by_role("button", name="Sign in", exact=True).click()
             assert (await wrong.value).request.method == "POST" and (await wrong.value).status == 401
-            await expect(page.locator(".signin .form-error")).to_have_text("That is not the web token. Try again.")
+            problem = page.locator(".signin .form-error")
+            await expect(problem).to_have_text("That is not the web token. Try again.")
             await page.get_by_label("Web token").fill(TOKEN)
             await page.get_by_role("button", name="Sign in", exact=True).click()
             await expect(page.get_by_role("heading", name="Waiting for you")).to_be_visible()
