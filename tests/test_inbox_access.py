@@ -584,8 +584,7 @@ async def test_text_is_at_least_13px_and_targets_44px(state_dir: Path, browser: 
         targets = [
             page.locator("a.brand"),
             page.locator(f"#r-{ids['high']} .payload summary"),
-            page.locator(".foot button"),
-            page.locator("#toasts .toast-close"),
+            page.locator("#toasts .toast-close"),  # (the footer's keyboard help is not on a phone)
         ]
         for target in targets:
             box = await target.bounding_box()

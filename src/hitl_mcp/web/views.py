@@ -113,22 +113,30 @@ def session_label(session_key: str | None) -> str:
     return hashlib.sha256(session_key.encode()).hexdigest()[:6]
 
 
+def agent_label(request: Request) -> str:
+    """The agent identity the request was asked under (``server.agent``, the part of its owner
+    before the client's name), or ``""``."""
+    suffix = "/" + (request.client_name or "(unnamed client)")
+    return request.owner[: -len(suffix)] if request.owner.endswith(suffix) else ""
+
+
 @dataclass
 class AgentGroup:
     agent: str
-    session: str
+    label: str
     requests: list[Request] = field(default_factory=list)
 
     @property
     def key(self) -> str:
-        return f"{self.agent}/{self.session}"
+        return f"{self.label}/{self.agent}" if self.label else self.agent
 
 
 def agent_groups(requests: Iterable[Request]) -> list[AgentGroup]:
-    """Newest first, grouped by agent (client name and session); the group with the newest request first."""
+    """Newest first, grouped by agent: its client name and the agent label it asked under, so that an
+    agent that reconnects (a new MCP session) stays one group. The group with the newest request first."""
     groups: dict[tuple[str, str], AgentGroup] = {}
     for request in sorted(requests, key=lambda r: r.created_at, reverse=True):
-        key = (agent_name(request), session_label(request.session_key))
+        key = (agent_name(request), agent_label(request))
         if key not in groups:
             groups[key] = AgentGroup(*key)
         groups[key].requests.append(request)

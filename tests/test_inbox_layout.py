@@ -1,0 +1,115 @@
+"""The inbox in real headless Chromium: one agent that reconnects is one group, toasts never cover a
+card's "Details & trail", and the phone's footer offers no keyboard help.
+
+Shares the Chromium, the server and the helpers of ``test_inbox_browser``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.types import Implementation
+
+from hitl_mcp.config import parse_config
+from tests import test_inbox_browser as shared
+from tests.conftest import TOKEN, sc
+from tests.test_inbox_access import PHONE, ask
+from tests.test_inbox_browser import Browser, expect, inbox_and_page
+from tests.test_inbox_pages import serve_inbox
+
+browser = shared.browser
+anyio_backend = shared.anyio_backend
+pytestmark = shared.pytestmark
+
+SIZES = {
+    "phone": PHONE,
+    "narrow window": {"viewport": {"width": 820, "height": 800}},
+    "desktop": {"viewport": {"width": 1280, "height": 800}},
+}
+
+
+async def test_an_agent_that_reconnects_is_one_group(state_dir: Path, browser: Browser) -> None:
+    """Grouped by the client's name and the agent label it asks under (``server.agent``), not by MCP
+    session: each reconnect is a new session."""
+    async with inbox_and_page(state_dir, browser) as (inbox, _, page):
+        for n in range(3):  # three sessions of the same agent
+            async with Client(
+                f"{inbox.url}/mcp", client_info=Implementation(name="claude-code", version="1")
+            ) as c:
+                sc(
+                    await c.call_tool(
+                        "ask_user", {"question": f"Question {n} from claude-code", "wait_seconds": 0}
+                    )
+                )
+        async with Client(f"{inbox.url}/mcp", client_info=Implementation(name="cursor", version="1")) as c:
+            sc(await c.call_tool("ask_user", {"question": "One from cursor", "wait_seconds": 0}))
+        await expect(page.locator("article.card")).to_have_count(4)
+        groups = page.locator("section.group")
+        await expect(groups).to_have_count(2)
+        await expect(
+            page.get_by_role("region", name="From claude-code").locator("article.card")
+        ).to_have_count(3)
+        await expect(page.get_by_role("region", name="From cursor").locator("article.card")).to_have_count(1)
+
+    labelled = parse_config(
+        f"server: {{agent: release-bot}}\nchannels:\n  web: {{type: web, token: {TOKEN}}}\n",
+        source="test.yaml",
+    )
+    (state_dir / "labelled").mkdir()
+    async with serve_inbox(state_dir / "labelled", config=labelled) as inbox:
+        ctx = await browser.new_context()
+        try:
+            page = await ctx.new_page()
+            await page.goto(f"{inbox.url}/login?token={TOKEN}")
+            for n in range(2):
+                async with Client(
+                    f"{inbox.url}/mcp", client_info=Implementation(name="claude-code", version="1")
+                ) as c:
+                    sc(await c.call_tool("ask_user", {"question": f"Release {n}?", "wait_seconds": 0}))
+            await page.reload()
+            group = page.get_by_role("region", name="From claude-code (release-bot)")
+            await expect(group.locator("article.card")).to_have_count(2)
+            await expect(group.locator(".group-head")).to_contain_text("release-bot")
+        finally:
+            await ctx.close()
+
+
+COVERED = """(link) => {
+    const box = link.getBoundingClientRect();
+    const y = box.top + box.height / 2;
+    const points = [[box.left + 2, y], [box.left + box.width / 2, y], [box.right - 2, y]];
+    return points.some(([x, y]) => !link.contains(document.elementFromPoint(x, y)));
+}"""
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+async def test_toasts_never_cover_details_and_trail(state_dir: Path, browser: Browser, size: str) -> None:
+    async with inbox_and_page(state_dir, browser, **SIZES[size]) as (inbox, _, page):
+        long = "Rotate the signing keys of every service in the production cluster, then restart them all"
+        ids = [await ask(inbox, text=f"{long} ({n})", payload={"n": n}) for n in range(3)]
+        await expect(page.locator("article.card")).to_have_count(3)
+        await page.keyboard.press("a")  # nothing selected: a third toast
+        await expect(page.locator("#toasts .toast")).to_have_count(3)  # two "New approval" and that one
+        for rid in ids:
+            link = page.locator(f"#r-{rid}").get_by_role("link", name="Details & trail")
+            for where in ("end", "center"):  # where the foot of the card being read is
+                await link.evaluate(f"(el) => el.scrollIntoView({{block: '{where}'}})")
+                covered: Any = await link.evaluate(COVERED)
+                assert covered is False, (size, rid, where)
+        await expect(page.locator("#toasts .toast")).to_have_count(3)  # they were there all along
+
+
+async def test_the_phone_footer_has_no_keyboard_help(state_dir: Path, browser: Browser) -> None:
+    async with inbox_and_page(state_dir, browser, **PHONE) as (_, _, page):
+        foot = page.locator("footer.foot")
+        await expect(foot).to_be_visible()
+        await expect(foot.get_by_role("button", name="Keyboard shortcuts")).to_be_hidden()
+        assert (await foot.inner_text()).strip().startswith("hitl-mcp ")
+        assert "Keyboard" not in await foot.inner_text()
+    async with inbox_and_page(state_dir, browser) as (_, _, page):  # a desktop keeps it
+        await expect(
+            page.locator("footer.foot").get_by_role("button", name="Keyboard shortcuts")
+        ).to_be_visible()
