@@ -693,7 +693,8 @@ async def test_a_link_is_not_a_credential(state_dir: Path) -> None:
         token = RequestLinks(rt.auth).issue(request.id, "elicitation", "host user (x)", now() + 60)
         async with browser(rt, signed_in=False) as agent:
             opened = await agent.get(f"/link/{token}")
-            assert opened.status_code == 401 and not agent.cookies
+            assert opened.status_code == 401  # no session: only the sign-in form's own nonce cookie
+            assert [name for name in agent.cookies if not name.startswith("hitl_signin")] == []
             assert f'name="next" value="/link/{token}"' in opened.text  # sign in, then it opens
             page = await agent.get(f"/requests/{request.id}")
             assert page.status_code == 401
