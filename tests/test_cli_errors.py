@@ -211,3 +211,22 @@ def test_serve_on_a_terminal_says_it_waits_for_a_host(tmp_path: Path, state_dir:
         check=False,
     )
     assert "waiting for an MCP host" not in piped.stderr
+
+
+def test_a_library_that_is_there_but_will_not_import_is_one_line_too(tmp_path: Path, state_dir: Path) -> None:
+    """A broken install (found, yet its import fails) stops serve in one line naming the extra."""
+    broken = tmp_path / "broken"
+    (broken / "twilio").mkdir(parents=True)
+    (broken / "twilio" / "__init__.py").write_text(
+        "raise ImportError('twilio is broken here', name='twilio')\n"
+    )
+    path = tmp_path / "hitl.yaml"
+    path.write_text(f"server:\n  http: {{port: {free_port()}}}\n{SMS}")
+    pythonpath = os.pathsep.join(filter(None, [str(broken), os.environ.get("PYTHONPATH")]))
+    line = (
+        "hitl-mcp: channel 'phone' (type twilio_sms) cannot load twilio (twilio is broken here): "
+        "pip install 'mcp-hitl[sms]'"
+    )
+    result = run(state_dir, "serve", "--transport", "http", "--config", str(path), PYTHONPATH=pythonpath)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and result.stderr.splitlines()[-1] == line

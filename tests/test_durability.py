@@ -164,7 +164,9 @@ async def test_cli_answers_a_waiting_call_and_reports(tmp_path: Path, state_dir:
             out2 = sc(await client.call_tool("wait_for_response", {"request_id": approval["request_id"]}))
             assert out2["approved"] is False and out2["comment"] == "not now"
             code, out, _ = await cli(state_dir, "history", "--limit", "5")
-            assert code == 0 and "Rotate keys" in out and "denied by" in out and "answered “staging” by" in out
+            assert (
+                code == 0 and "Rotate keys" in out and "denied by" in out and "answered “staging” by" in out
+            )
 
 
 async def test_audit_verify_detects_tampering(tmp_path: Path, state_dir: Path) -> None:

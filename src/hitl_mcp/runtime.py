@@ -372,14 +372,40 @@ async def _serve(
         app = runtime.http_app(mcp, transport, host, port)
         http = HttpServer(app, sock, runtime.config.server.http.header_timeout)
         _settle_heap()
+        refused: list[ConfigRefused] = []
+
+        async def side() -> None:
+            """The store and channels; when they cannot start, uvicorn stops gracefully, and the one
+            line that says why is all that is printed (no cancelled server's traceback)."""
+            try:
+                await runtime.run()
+            except ConfigRefused as exc:
+                refused.append(exc)
+                http.stop()
+
         async with anyio.create_task_group() as tg:
-            tg.start_soon(runtime.run)
+            tg.start_soon(side)
             await http.run()
             tg.cancel_scope.cancel()
+        if refused:
+            raise refused[0]
         return
 
     http_server: HttpServer | None = None
     http_done = anyio.Event()
+    refused: list[ConfigRefused] = []
+
+    async def side_runtime() -> None:
+        """The store and channels; when they cannot start, the inbox stops gracefully, then stdio."""
+        try:
+            await runtime.run()
+        except ConfigRefused as exc:
+            refused.append(exc)
+            if http_server is not None:
+                http_server.stop()
+                with anyio.move_on_after(3):
+                    await http_done.wait()
+            tg.cancel_scope.cancel()
 
     async def side_work() -> None:
         """The store, channels and inbox: loaded in a thread, so stdio answers `initialize` first."""
@@ -390,7 +416,7 @@ async def _serve(
             with anyio.move_on_after(SIDE_WORK_GRACE):
                 await runtime.wanted.wait()
             await anyio.to_thread.run_sync(_import_side_modules)
-            tg.start_soon(runtime.run)
+            tg.start_soon(side_runtime)
             if sock is not None:
                 _announce(runtime, transport, url)
                 port = sock.getsockname()[1]
@@ -408,6 +434,8 @@ async def _serve(
             with anyio.move_on_after(3):
                 await http_done.wait()
         tg.cancel_scope.cancel()
+    if refused:
+        raise refused[0]
 
 
 def _settle_heap() -> None:
