@@ -2,8 +2,10 @@
 
 ``api.py`` is the JSON API; ``pages.py`` the server-rendered inbox (Jinja2 templates and the static
 shell under ``templates/`` and ``static/``); ``events.py`` the ``/events`` stream that keeps a page live;
-``views.py`` the pure helpers the pages use; ``auth.py`` the web token; ``sessions.py`` inbox sessions
-and their CSRF tokens; ``signin.py`` ``/login`` and URL-mode links; ``rebinding.py`` the Host and Origin
+``views.py`` the pure helpers the pages use; ``pagekit.py`` the templates, headers and form reading
+every page shares; ``auth.py`` the web token; ``sessions.py`` inbox sessions and their CSRF tokens (the
+sign-in form's too); ``signin.py`` ``/login`` and URL-mode links; ``throttle.py`` the limit on wrong
+tokens; ``rebinding.py`` the Host and Origin
 checks on loopback; ``limits.py`` and ``deadline.py`` bounds on bodies and on slow request headers.
 """
 
