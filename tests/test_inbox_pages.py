@@ -229,23 +229,23 @@ async def test_a_high_risk_approval_from_the_form_takes_a_confirmation_step(stat
         )
         path = f"/requests/{request.id}/answer"
         fields = {"decision": "approve", "comment": "after the dump", "next": "request"}
-        r = await web.post(path, data=form(rt.auth.csrf_token, **fields))
+        r = await web.post(path, data=form(csrf(rt, web), **fields))
         assert r.status_code == 200 and "Approve this high-risk request?" in r.text
         assert re.search(r'<a class="btn" href="/requests/[0-9a-f]+" autofocus>Cancel</a>', r.text)
         assert r.text.index(">Cancel<") < r.text.index('value="approve"')
         assert 'name="confirm" value="yes"' in r.text and 'value="after the dump"' in r.text
         assert "&#34;a&#34;: 1" in r.text  # the payload is shown again
         assert await status_of(rt, request.id) == (Status.PENDING, 0)
-        json_mode = {"X-CSRF-Token": rt.auth.csrf_token, "Accept": "application/json"}
+        json_mode = {"X-CSRF-Token": csrf(rt, web), "Accept": "application/json"}
         r = await web.post(path, data={"decision": "approve"}, headers=json_mode)
         assert r.status_code == 428 and r.json()["confirm"] is True
         assert await status_of(rt, request.id) == (Status.PENDING, 0)
-        r = await web.post(path, data=form(rt.auth.csrf_token, confirm="yes", **fields))
+        r = await web.post(path, data=form(csrf(rt, web), confirm="yes", **fields))
         assert r.status_code == 303
         settled = await (await rt.broker()).get(request.id)
         assert settled is not None and settled.approved is True and settled.comment == "after the dump"
         denied = await ask(rt, kind=Kind.APPROVAL, text="Drop it again", risk="high")
-        r = await web.post(f"/requests/{denied.id}/answer", data=form(rt.auth.csrf_token, decision="deny"))
+        r = await web.post(f"/requests/{denied.id}/answer", data=form(csrf(rt, web), decision="deny"))
         assert r.status_code == 303  # denying needs no second step
         assert await status_of(rt, denied.id) == (Status.ANSWERED, 1)
 

@@ -302,7 +302,7 @@ def page_routes(get_broker: GetBroker, sessions: Sessions, web_channel: str) -> 
                     comment=form.get("comment", ""),
                     back=f"/requests/{request.id}" if form.get("next") == "request" else "/",
                     next=form.get("next", ""),
-                    **base_context(await pending_count(broker), "confirm"),
+                    **base_context(http, await pending_count(broker), "confirm"),
                 )
         # the button pressed says what the answer is: a decision, else a choice, else the text
         what = "decision" if decision is not None else "choice" if fields["choice"] is not None else "text"
