@@ -5,7 +5,8 @@ After ``make dist`` (the wheel and sdist in dist/) and ``make mcpb`` (the bundle
 1. the wheel, installed into a fresh venv with no extras, answers ``tools/list`` over stdio, and
    none of the channels' extras came with it;
 2. ``uvx --from dist/<wheel> hitl-mcp --version`` prints this version (uv from PyPI: the ``dist``
-   extra, in the project's venv);
+   extra, in the project's venv), and so does ``mcp-hitl --version``, the command ``uvx mcp-hitl``
+   runs for server.json's package;
 3. the command every file in examples/ gives, ``uvx --from /path/to/hitl-mcp hitl-mcp serve``, with
    this clone's path put in, answers ``tools/list``;
 4. the Claude Desktop bundle, unpacked, started the way its manifest says (``uv run`` in the bundle,
@@ -101,9 +102,10 @@ def check_uvx(wheel: Path) -> None:
     uvx = BIN / "uvx"
     if not uvx.exists():
         fail(f"no uvx beside {sys.executable}: install the dist extra (make dist does)")
-    said = run([uvx, "--isolated", "--from", wheel, "hitl-mcp", "--version"], env=server_env(WORK)).strip()
-    if said != f"hitl-mcp {version()}":
-        fail(f"uvx --from {wheel.name} hitl-mcp --version said {said!r}")
+    for command in ("hitl-mcp", "mcp-hitl"):  # mcp-hitl: what uvx runs for server.json's identifier
+        said = run([uvx, "--isolated", "--from", wheel, command, "--version"], env=server_env(WORK)).strip()
+        if said != f"hitl-mcp {version()}":
+            fail(f"uvx --from {wheel.name} {command} --version said {said!r}")
 
 
 def hitl_entry(path: Path) -> dict[str, object]:
