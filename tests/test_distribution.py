@@ -404,10 +404,11 @@ async def test_serve_listens_on_hitl_port(tmp_path: Path, state_dir: Path) -> No
     configured, wanted = free_port(), free_port()
     config = write_config(tmp_path / "hitl.yaml", configured)
     env = server_env(state_dir, HITL_PORT=str(wanted))
-    async with server_process(serve_args(config, "--transport", "http"), env) as server:
-        assert f":{wanted}/" in await server.wait_for_line("inbox at")
+    async with server_process(serve_args(config, "--transport", "http"), env):
         async with httpx2.AsyncClient() as http:
             assert (await http.get(f"http://127.0.0.1:{wanted}/healthz")).json()["status"] == "ok"
+            with pytest.raises(httpx2.ConnectError):
+                await http.get(f"http://127.0.0.1:{configured}/healthz")
 
 
 def test_version() -> None:
@@ -437,3 +438,12 @@ def test_docs_nav_lists_every_page() -> None:
     for page in DOCS:
         assert str(page.relative_to(ROOT / "docs")) in nav, f"mkdocs.yml's nav lacks {page.name}"
     assert shlex.split("mkdocs build --strict")[-1] == "--strict"
+
+
+@pytest.mark.parametrize("path", DOCS, ids=_name)
+def test_docs_pages_have_no_repeated_sections(path: Path) -> None:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    headings = re.findall(r"^(#{1,3} .+)$", text, re.M)
+    assert len(headings) == len(set(headings)), (
+        f"{path.name} repeats {[h for h in headings if headings.count(h) > 1]}"
+    )
