@@ -17,6 +17,8 @@ TS_DEPS := tests/ts/node_modules/.package-lock.json
 # the mcpb CLI that packs and validates the Claude Desktop bundle, exactly as locked
 MCPB := tools/node_modules/.bin/mcpb
 PORT ?=
+# mkdocs-material's banner about its end of life and mkdocs 2: the build does not change with it
+export NO_MKDOCS_2_WARNING = 1
 
 .PHONY: run test lint docs bench dist dist-check mcpb clean screenshots
 
