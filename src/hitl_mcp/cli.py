@@ -26,6 +26,7 @@ from hitl_mcp.config import (
     ConfigError,
     effective_config,
     load_config,
+    resolve_http_port,
     resolve_state_dir,
     starter_config_text,
 )
@@ -159,7 +160,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config, state_dir = _config(args)
     setup_logging(config.server.log_level)
     host = args.host or config.server.http.host
-    port = args.port if args.port is not None else config.server.http.port
+    port = resolve_http_port(config, args.port)
     try:
         anyio.run(serve, config, state_dir, args.transport, host, port, backend_options=_loop_options())
     except ConfigRefused as exc:

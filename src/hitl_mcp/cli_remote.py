@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from hitl_mcp.config import Config
+from hitl_mcp.config import Config, resolve_http_port
 from hitl_mcp.terminal import visible
 
 TIMEOUT = 30.0
@@ -35,7 +35,7 @@ def server_url(config: Config, given: str | None) -> str:
         return given.rstrip("/")
     host = config.server.http.host
     host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
-    return f"http://{'[' + host + ']' if ':' in host else host}:{config.server.http.port}"
+    return f"http://{'[' + host + ']' if ':' in host else host}:{resolve_http_port(config)}"
 
 
 def web_token(token_file: str | None) -> str:
