@@ -1,40 +1,90 @@
 # Two commands set everything up on a fresh machine with python3:
-#   make run    the server on its embedded default (SQLite + web inbox), over HTTP on 127.0.0.1:8765
-#   make test   the whole test suite (lint included)
+#   make run    the server on its embedded default (SQLite + web inbox), over HTTP on 127.0.0.1:8765;
+#               it installs only what the server needs (.[all]: the server and every channel's extra)
+#   make test   the docs build (mkdocs --strict), lint and the whole test suite; it adds the test extras
+# make run PORT=9000 (or HITL_PORT=9000 make run) serves on another port.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+PIP := $(PY) -m pip install --disable-pip-version-check -q
+HASH := $(shell cksum < pyproject.toml | cut -d' ' -f1)
+# one stamp per set of extras installed; a change to pyproject.toml installs again
+RUN_STAMP := $(VENV)/.installed-all-$(HASH)
+DOCS_STAMP := $(VENV)/.installed-docs-$(HASH)
+TEST_STAMP := $(VENV)/.installed-test-$(HASH)
+DIST_STAMP := $(VENV)/.installed-dist-$(HASH)
 # the Node clients of tests/test_ts_client.py, exactly as locked
 TS_DEPS := tests/ts/node_modules/.package-lock.json
+# the mcpb CLI that packs and validates the Claude Desktop bundle, exactly as locked
+MCPB := tools/node_modules/.bin/mcpb
+PORT ?=
+# mkdocs-material's banner about its end of life and mkdocs 2: the build does not change with it
+export NO_MKDOCS_2_WARNING = 1
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint docs bench dist dist-check mcpb clean screenshots
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --disable-pip-version-check -q -e '.[test]'
-	rm -f $(VENV)/.installed-* && touch $@
+$(PY):
+	python3 -m venv $(VENV)
+
+$(RUN_STAMP): pyproject.toml | $(PY)
+	$(PIP) -e '.[all]'
+	rm -f $(VENV)/.installed-all-* && touch $@
+
+$(DOCS_STAMP): pyproject.toml | $(PY)
+	$(PIP) -e '.[docs]'
+	rm -f $(VENV)/.installed-docs-* && touch $@
+
+$(TEST_STAMP): pyproject.toml | $(PY)
+	$(PIP) -e '.[test]'
+	rm -f $(VENV)/.installed-* && touch $@ $(RUN_STAMP) $(DOCS_STAMP)
+
+$(DIST_STAMP): pyproject.toml | $(PY)
+	$(PIP) -e '.[dist]'
+	rm -f $(VENV)/.installed-dist-* && touch $@
 
 $(TS_DEPS): tests/ts/package.json tests/ts/package-lock.json
 	npm ci --prefix tests/ts --no-audit --no-fund
 	touch $@
 
-run: $(STAMP)
-	$(VENV)/bin/hitl-mcp serve --transport http
+$(MCPB): tools/package.json tools/package-lock.json
+	npm ci --prefix tools --no-audit --no-fund
+	touch $@
 
-lint: $(STAMP)
+run: $(RUN_STAMP)
+	$(VENV)/bin/hitl-mcp serve --transport http $(if $(PORT),--port $(PORT))
+
+lint: $(TEST_STAMP)
 	$(PY) -m ruff check
 	$(PY) -m ruff format --check
 
+# the documentation site, from docs/ into site/ (mkdocs.yml); --strict fails on any warning
+docs: $(DOCS_STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
 test: lint $(TS_DEPS)
+	$(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) -m pytest -q
 
-bench: $(STAMP)
+bench: $(RUN_STAMP)
 	@for script in bench/[a-z]*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
-# the README's inbox screenshots (docs/inbox-desktop.png, -phone.png, -forced-colors.png); needs Debian's chromium
-.PHONY: screenshots
-screenshots: $(STAMP)
+# the wheel and the sdist, into dist/
+dist: $(DIST_STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
+# what CI checks of the distributions (.ci/run): the wheel in a fresh venv without extras answers
+# tools/list over stdio; uvx runs the wheel; the examples' command from this clone answers too;
+# the Claude Desktop bundle packs and validates
+dist-check: dist mcpb
+	$(PY) scripts/dist_check.py
+
+# the Claude Desktop bundle (packaging/mcpb/manifest.json), into dist/hitl-mcp-<version>.mcpb
+mcpb: $(MCPB)
+	python3 scripts/mcpb.py --mcpb $(MCPB)
+
+# the inbox screenshots (docs/inbox-desktop.png, -phone.png, -forced-colors.png); needs Debian's chromium
+screenshots: $(TEST_STAMP)
 	$(PY) scripts/screenshots.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache tests/ts/node_modules
+	rm -rf $(VENV) .pytest_cache .ruff_cache tests/ts/node_modules tools/node_modules site dist build

@@ -1,4 +1,4 @@
-"""Regenerate the README's inbox screenshots: docs/inbox-desktop.png, docs/inbox-phone.png and
+"""Regenerate the inbox screenshots of docs/inbox.md: docs/inbox-desktop.png, docs/inbox-phone.png and
 docs/inbox-forced-colors.png (Chromium's forced-colours emulation, as in Windows high contrast, with
 the first request selected as after pressing j).
 

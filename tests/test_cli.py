@@ -27,9 +27,9 @@ def test_init_then_check_masks_secrets(tmp_path: Path, state_dir: Path) -> None:
     path = tmp_path / "hitl.yaml"
     assert run(state_dir, "init", str(path)).returncode == 0
     assert run(state_dir, "init", str(path)).returncode == 1  # never overwrites silently
-    text = path.read_text().replace("# token: ${HITL_INBOX_TOKEN}", "token: ${HITL_INBOX_TOKEN}")
+    text = path.read_text().replace("# token: ${HITL_WEB_TOKEN}", "token: ${HITL_WEB_TOKEN}")
     path.write_text(text)
-    result = run(state_dir, "check", "--config", str(path), HITL_INBOX_TOKEN="s3cret-inbox-token")
+    result = run(state_dir, "check", "--config", str(path), HITL_WEB_TOKEN="s3cret-inbox-token")
     assert result.returncode == 0, result.stderr
     assert "valid" in result.stdout and "***" in result.stdout
     assert "s3cret-inbox-token" not in result.stdout + result.stderr

@@ -13,7 +13,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests.conftest import PYTHON, ROOT, server_env
+from tests.conftest import PYTHON, ROOT, free_port, server_env
 
 pytestmark = pytest.mark.anyio
 
@@ -30,7 +30,7 @@ async def test_the_claude_code_example_starts_a_server_from_nothing(tmp_path: Pa
     assert all(name.startswith("HITL_") for name in passed), passed  # nothing uvx's install would not use
     home = tmp_path / "home"
     home.mkdir()
-    env = server_env(state_dir, HOME=str(home))  # its inbox takes 8765, or runs without one if taken
+    env = server_env(state_dir, HOME=str(home), HITL_PORT=str(free_port()))  # not the 8765 of a real one
     env.update({name: expand(value, {**os.environ, "HOME": str(home)}) for name, value in passed.items()})
     args = [expand(a, {**os.environ, "HOME": str(home)}) for a in server["args"]]
     # what uvx runs: the hitl-mcp command, with the arguments after its name

@@ -17,7 +17,7 @@ from tests.conftest import TOKEN, running
 
 pytestmark = pytest.mark.anyio
 
-# the README's Hosts table: clientInfo.name -> (budget with a progress token, without, progress resets)
+# the Hosts table (docs/hosts.md): clientInfo.name -> (budget with a progress token, without, progress resets)
 EXPECTED: dict[str, tuple[float, float, bool]] = {
     "claude-ai": (45, 45, False),
     "claude-desktop": (45, 45, False),

@@ -105,7 +105,7 @@ async def test_port_taken_by_another_process_fails_http_transport(tmp_path: Path
     assert second.returncode == 2
     assert second.stderr.decode() == (  # one line, naming each way to choose another port
         f"hitl-mcp: port {port} on 127.0.0.1 is already in use (another hitl-mcp?): choose another port "
-        "with --port, server.http.port in the config, or make run PORT=<port>\n"
+        "with --port, $HITL_PORT, server.http.port in the config, or make run PORT=<port>\n"
     )
 
 

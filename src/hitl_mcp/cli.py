@@ -30,7 +30,7 @@ from hitl_mcp.cli_requests import (
     run,
 )
 from hitl_mcp.cli_requests import config_and_state as _config
-from hitl_mcp.config import ConfigError, effective_config, starter_config_text
+from hitl_mcp.config import ConfigError, effective_config, resolve_http_port, starter_config_text
 from hitl_mcp.terminal import visible
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -87,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("inbox", cmd_inbox, "print the inbox's login link (it holds the web token)")
     common(p)
     p.add_argument("--open", action="store_true", help="open it in the browser too")
-    p.add_argument("--port", type=int, help="the port the server listens on (default from config, 8765)")
+    p.add_argument(
+        "--port", type=int, help="the port the server listens on (default $HITL_PORT, else config)"
+    )
 
     p = command("init", cmd_init, "write a commented starter config")
     p.add_argument("path", nargs="?", default="hitl.yaml", help="where to write it; missing folders are made")
@@ -165,7 +167,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config, state_dir = _config(args)
     setup_logging(config.server.log_level)
     host = args.host or config.server.http.host
-    port = args.port if args.port is not None else config.server.http.port
+    port = resolve_http_port(config, args.port)
     if args.transport == "stdio" and sys.stdin.isatty():  # a person, not an MCP host, started it
         print(
             "hitl-mcp: waiting for an MCP host on stdin (the stdio transport: a host such as Claude starts "

@@ -1,8 +1,9 @@
 """``hitl-mcp inbox``: print the inbox's login link, which holds the web token; ``--open`` opens the
 browser on it.
 
-The address is ``server.public_url``, else where the server listens (``server.http``, or ``--port``;
-a wildcard bind is reached on loopback). The token is the one the server uses: the web channel's
+The address is ``server.public_url``, else where the server listens (``server.http.host`` and the
+port ``serve`` takes: ``--port``, ``$HITL_PORT`` or ``server.http.port``; a wildcard bind is reached
+on loopback). The token is the one the server uses: the web channel's
 ``token``, else ``$HITL_WEB_TOKEN``, else the ``web-token`` file in the state directory (made now if
 the server has not started yet, so that both agree). The link goes to stdout only; whether a server
 answers there, and takes that token, is said on stderr.
@@ -17,7 +18,7 @@ import webbrowser
 from pathlib import Path
 
 from hitl_mcp.cli_requests import CliError
-from hitl_mcp.config import Config
+from hitl_mcp.config import Config, resolve_http_port
 from hitl_mcp.net import browser_url
 from hitl_mcp.web.auth import TokenFileUnsafe, configured_web_auth, login_link
 
@@ -30,8 +31,9 @@ def inbox(config: Config, state_dir: Path, port: int | None, open_browser: bool)
         auth = configured_web_auth(config, state_dir)
     except TokenFileUnsafe as exc:
         raise CliError(str(exc)) from None
-    http = config.server.http
-    address = config.server.public_url or browser_url(http.host, port if port is not None else http.port)
+    address = config.server.public_url or browser_url(
+        config.server.http.host, resolve_http_port(config, port)
+    )
     address = address.rstrip("/")
     link = login_link(address, auth.token)
     print(link)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from hitl_mcp.config import Config
+from hitl_mcp.config import Config, resolve_http_port
 from hitl_mcp.net import browser_url
 from hitl_mcp.terminal import visible
 
@@ -34,7 +34,7 @@ class RemoteError(Exception):
 def server_url(config: Config, given: str | None) -> str:
     if given:
         return given.rstrip("/")
-    return browser_url(config.server.http.host, config.server.http.port)
+    return browser_url(config.server.http.host, resolve_http_port(config))
 
 
 def web_token(token_file: str | None) -> str:

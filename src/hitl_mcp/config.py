@@ -1040,6 +1040,22 @@ def resolve_state_dir(
     return Path("~/.local/state/hitl-mcp").expanduser()
 
 
+def resolve_http_port(
+    config: Config, cli_value: int | None = None, env: Mapping[str, str] | None = None
+) -> int:
+    """The inbox and API port: ``cli_value`` (``--port``), else ``$HITL_PORT``, else
+    ``server.http.port`` (8765 by default). ``make run PORT=9000`` passes ``--port``."""
+    env = os.environ if env is None else env
+    if cli_value is not None:
+        return cli_value
+    raw = env.get("HITL_PORT", "").strip()
+    if not raw:
+        return config.server.http.port
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        raise ConfigError(f"$HITL_PORT must be a port number from 1 to 65535, not {_show(raw)}")
+    return int(raw)
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, SecretStr | SecretBytes | Secret):
         return "***"

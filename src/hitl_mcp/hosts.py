@@ -2,7 +2,7 @@
 
 Hosts cut long tool calls. The table is keyed by the MCP ``clientInfo.name`` a host sends; its
 figures come from ``shared/notes/mcp-sdk.md`` §3.2 and §4 (reported host behaviour, late 2026) and,
-for the MCP Inspector CLI, from its source. The README's "Hosts" section is the same table for people.
+for the MCP Inspector CLI, from its source. docs/hosts.md has the same table for people.
 
 For each host: the budget (how long one call may wait), and whether a progress notification
 restarts the host's own timeout. Where it does, the budget counts on the heartbeat; a call that

@@ -62,7 +62,7 @@ class StoreUnavailable(ConfigRefused):
 def port_taken(host: str, port: int) -> str:
     return (
         f"port {port} on {host} is already in use (another hitl-mcp?): choose another port with --port, "
-        "server.http.port in the config, or make run PORT=<port>"
+        "$HITL_PORT, server.http.port in the config, or make run PORT=<port>"
     )
 
 
