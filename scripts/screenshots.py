@@ -24,7 +24,8 @@ from playwright.async_api import Page, async_playwright, expect
 from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.config import parse_config
 from hitl_mcp.models import Kind, Reply
-from hitl_mcp.runtime import HttpServer, Runtime, bind
+from hitl_mcp.runtime import Runtime
+from hitl_mcp.serving import HttpServer, bind
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -162,7 +162,8 @@ def setup_logging(level: str = "info") -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from hitl_mcp.runtime import ConfigRefused, serve
+    from hitl_mcp.runtime import ConfigRefused
+    from hitl_mcp.serving import serve
 
     config, state_dir = _config(args)
     setup_logging(config.server.log_level)
