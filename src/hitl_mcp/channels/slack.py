@@ -27,9 +27,11 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from hitl_mcp.channels._retry import RetryPolicy, retry_after
+from hitl_mcp.channels.base import Answered, ChannelConfig, Delivery, DeliveryError, allowed
 from hitl_mcp.channels.base import Channel as BaseChannel
-from hitl_mcp.channels.base import ChannelConfig, Delivery, DeliveryError
 from hitl_mcp.models import Kind, Reply, Request, Status
+from hitl_mcp.wording import expired, verdict
 
 log = logging.getLogger("hitl_mcp.channels.slack")
 
@@ -41,6 +43,8 @@ MAX_BODY = 1024 * 1024
 SECTION_LIMIT = 3000  # Slack: a section's text
 HEADER_LIMIT = 150
 BUTTON_LIMIT = 75
+#: reconnecting Socket Mode after a transient failure
+SOCKET_RETRY = RetryPolicy(initial_interval=1.0, backoff_coefficient=2.0, maximum_interval=60.0)
 INSTALL_HINT = "the slack channel needs slack_sdk and aiohttp: pip install 'mcp-hitl[slack]'"
 
 _CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]{2,}")
@@ -226,7 +230,7 @@ class Channel(BaseChannel):
             if problem:
                 raise DeliveryError(f"not sent: {problem}", permanent=True)
         mention = _mention(self.config.mention)
-        blocks = render(request, getattr(self.hub, "public_url", None), mention)
+        blocks = render(request, self.public_url, mention)
         text = _fallback(request, mention)
         if self.config.channel is not None:
             ts = await self._post(self.config.channel, text, blocks)
@@ -253,7 +257,7 @@ class Channel(BaseChannel):
     async def retract(self, request: Request, delivery: Delivery) -> None:
         messages = delivery.detail.get("messages") or ([delivery.ref.split(":", 1)] if delivery.ref else [])
         line = outcome_line(request, self.name)
-        blocks = render(request, getattr(self.hub, "public_url", None), None, outcome=line)
+        blocks = render(request, self.public_url, None, outcome=line)
         first_error: DeliveryError | None = None
         for where, ts in messages:
             try:
@@ -310,8 +314,9 @@ class Channel(BaseChannel):
         client = SocketModeClient(app_token=app_token, web_client=self._web())
         client.socket_mode_request_listeners.append(self._on_envelope)
         self._socket = client
-        delay = 1.0
+        attempt = 0
         while True:
+            attempt += 1
             try:
                 opened = await _call(
                     self._web().apps_connections_open(app_token=app_token),
@@ -323,9 +328,9 @@ class Channel(BaseChannel):
                 if exc.permanent:
                     log.error("slack %s: Socket Mode is off, answers will not arrive: %s", self.name, exc)
                     return
+                delay = SOCKET_RETRY.delay(attempt)
                 log.warning("slack %s: Socket Mode: %s; retrying in %.0fs", self.name, exc, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 60.0)
                 continue
             client.wss_uri = opened["url"]
             await client.connect()
@@ -409,7 +414,7 @@ class Channel(BaseChannel):
         user = payload.get("user") or {}
         user_id = str(user.get("id", ""))
         once = payload.get("trigger_id") or f"{user_id}:{action.get('action_ts')}"
-        if not await self.hub.first_seen(self.name, f"action:{once}"):
+        if await self.state.seen(f"action:{once}"):
             return
         where = (payload.get("channel") or {}).get("id") or (payload.get("container") or {}).get("channel_id")
         who = f"@{user['username']} ({user_id})" if user.get("username") else user_id
@@ -422,19 +427,14 @@ class Channel(BaseChannel):
             return
         if event.get("subtype") not in (None, "thread_broadcast") or not thread or thread == ts:
             return  # edits, joins, bots' messages; messages that are not thread replies
-        if not await self.hub.first_seen(self.name, f"event:{body.get('event_id') or f'{where}:{ts}'}"):
+        if await self.state.seen(f"event:{body.get('event_id') or f'{where}:{ts}'}"):
             return
         request = await self._request_for(f"{where}:{thread}")
         if request is None or request.kind == Kind.NOTIFICATION:
             return
         user_id = str(event["user"])
-        if request.kind == Kind.APPROVAL and user_id in self.allowed:
-            await self.hub.record(
-                request.id,
-                "reply_ignored",
-                user_id,
-                {"channel": self.name, "reason": "thread reply to an approval"},
-            )
+        if request.kind == Kind.APPROVAL and allowed(user_id, self.allowed):
+            await self.ignore(request.id, user_id, "thread reply to an approval")
             await self._tell(
                 where,
                 user_id,
@@ -448,11 +448,11 @@ class Channel(BaseChannel):
         )
 
     async def _request_for(self, ref: str) -> Request | None:
-        request = await self.hub.find_by_ref(self.name, ref)
+        request = await self.find_by_ref(ref)
         if request is not None:
             return request
         where, _, ts = ref.partition(":")
-        for candidate, delivery in await self.hub.open_requests(self.name):  # a second direct message
+        for candidate, delivery in await self.open_requests():  # a second direct message
             if [where, ts] in (delivery.detail.get("messages") or []):
                 return candidate
         return None
@@ -466,22 +466,14 @@ class Channel(BaseChannel):
         thread: str | None,
         fields: dict[str, str],
     ) -> None:
-        from hitl_mcp.broker import NotFound, ReplyInvalid
-
-        if user_id not in self.allowed:
+        if not allowed(user_id, self.allowed):
             reason = "not in allowed_users" if self.allowed else "allowed_users is not set"
-            await self.hub.record(request_id, "reply_ignored", who, {"channel": self.name, "reason": reason})
+            await self.ignore(request_id, who, reason)
             await self._tell(where, user_id, "You are not allowed to answer this request.", thread)
             return
-        try:
-            result = await self.hub.resolve(request_id, Reply(channel=self.name, responder=who, **fields))
-        except ReplyInvalid as exc:
-            await self._tell(where, user_id, f"Not recorded: {exc}.", thread)
-        except NotFound:
-            await self._tell(where, user_id, "Not recorded: hitl-mcp does not know this request.", thread)
-        else:
-            if not result.won:
-                await self._tell(where, user_id, f"Not recorded: {result.reason}.", thread)
+        outcome = await self.answer(request_id, Reply(channel=self.name, responder=who, **fields))
+        if not isinstance(outcome, Answered):  # the message itself shows the outcome once it is settled
+            await self._tell(where, user_id, outcome.words, thread)
 
 
 # ----------------------------------------------------------------------------------- the messages
@@ -606,19 +598,13 @@ def outcome_line(request: Request, own: str) -> str:
     when = _date(request.closed_at, "{time}") if request.closed_at else "an unknown time"
     comment = f"\n> {_esc(_clip(request.comment, 500))}" if request.comment else ""
     if request.status == Status.ANSWERED and request.kind == Kind.APPROVAL:
-        verb = ":white_check_mark: Approved" if request.approved else ":no_entry: Denied"
-        return f"{verb} by {who} via {via} at {when}{comment}"
+        emoji = ":white_check_mark:" if request.approved else ":no_entry:"
+        return f"{emoji} {verdict(request.approved).capitalize()} by {who} via {via} at {when}{comment}"
     if request.status == Status.ANSWERED:
         answer = _esc(_clip(request.answer or "", 500))
         return f":speech_balloon: Answered via {via} by {who} at {when}: “{answer}”{comment}"
     if request.status == Status.EXPIRED:
-        if request.kind == Kind.APPROVAL:
-            return ":hourglass: Expired — no answer, treated as denied"
-        if request.answer is not None:
-            return (
-                f":hourglass: Expired — no answer; the default applies: “{_esc(_clip(request.answer, 500))}”"
-            )
-        return ":hourglass: Expired — no answer"
+        return ":hourglass: " + expired(request, lambda answer: _esc(_clip(answer, 500)))
     if request.status == Status.CANCELLED:
         return f":wastebasket: Withdrawn by the agent{comment}"
     return f"Closed ({request.status.value})"
@@ -738,7 +724,7 @@ def _rate_limit_handler_class() -> type:
         ) -> bool:
             if response is None or response.status_code != 429:
                 return False
-            wait = _retry_after(response.headers)
+            wait = retry_after(response.headers)
             return wait is not None and wait <= MAX_RATE_LIMIT_WAIT
 
     return BoundedRateLimitRetry
@@ -753,17 +739,6 @@ def _web_client(token: str, base_url: str) -> Any:
         _rate_limit_handler_class()(max_retry_count=RATE_LIMIT_RETRIES),
     ]
     return AsyncWebClient(token=token, base_url=base_url, timeout=15, retry_handlers=handlers)
-
-
-def _retry_after(headers: Mapping[str, Any] | None) -> float | None:
-    for key, value in (headers or {}).items():
-        if key.lower() == "retry-after":
-            value = value[0] if isinstance(value, list | tuple) else value
-            try:
-                return max(float(value), 0.0)
-            except (TypeError, ValueError):
-                return None
-    return None
 
 
 #: Slack errors that a retry cannot fix, and what to do about each
@@ -811,7 +786,7 @@ def _failure(response: Any, method: str, target: str | None, token: str) -> Deli
     data = response.data if isinstance(getattr(response, "data", None), dict) else {}
     code = str(data.get("error") or f"HTTP {status}")
     if status == 429 or code == "ratelimited":
-        wait = _retry_after(getattr(response, "headers", None)) or 30.0
+        wait = retry_after(getattr(response, "headers", None)) or 30.0
         return DeliveryError(f"slack {method}: rate limited, retry in {wait:.0f}s", retry_after=wait)
     if code in _PERMANENT:
         needed = str(data.get("needed") or "needed")

@@ -40,10 +40,23 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from hitl_mcp.channels._replies import PUNCTUATION as _PUNCTUATION
+from hitl_mcp.channels._replies import choice_by_number, decision_of
+from hitl_mcp.channels._retry import RetryPolicy, retry_after
+from hitl_mcp.channels.base import (
+    Answered,
+    ChannelConfig,
+    Delivery,
+    DeliveryError,
+    Hub,
+    Invalid,
+    Late,
+    Unknown,
+)
 from hitl_mcp.channels.base import Channel as BaseChannel
-from hitl_mcp.channels.base import ChannelConfig, Delivery, DeliveryError, Hub
-from hitl_mcp.config import parse_duration
+from hitl_mcp.durations import bounded
 from hitl_mcp.models import Kind, Reply, Request, Status
+from hitl_mcp.wording import answered_what
 
 if TYPE_CHECKING:
     from twilio.rest import Client
@@ -60,10 +73,12 @@ RECENT_CODES = 1000
 #: polling asks for messages sent this long before the mark too: Twilio's list may show a message
 #: late, and its DateSent filter is coarse. Messages seen before are skipped by their MessageSid.
 POLL_OVERLAP = timedelta(seconds=60)
+#: texts back to someone who texted us (confirmations, help): 429s retried briefly, nothing else
+REPLY_RETRY = RetryPolicy(
+    initial_interval=1.0, backoff_coefficient=2.0, maximum_interval=5.0, maximum_attempts=3
+)
 EMPTY_TWIML = '<?xml version="1.0" encoding="UTF-8"?><Response></Response>'
 
-APPROVE_WORDS = frozenset({"yes", "y", "approve", "approved", "ok", "okay"})
-DENY_WORDS = frozenset({"no", "n", "deny", "denied", "reject"})
 # Twilio's own opt-out keywords (its Advanced Opt-Out defaults), matched as the whole message
 STOP_WORDS = frozenset({"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"})
 START_WORDS = frozenset({"START", "UNSTOP"})
@@ -71,7 +86,6 @@ HELP_WORDS = frozenset({"HELP", "INFO"})
 
 _E164 = re.compile(r"\+[1-9]\d{6,14}")
 _CODE = re.compile(r"\d{4}")
-_PUNCTUATION = ".,;:!?\"'()"
 
 
 # ----------------------------------------------------------------------------------------- config
@@ -84,13 +98,6 @@ def _phone(value: Any) -> Any:
     if not _E164.fullmatch(cleaned):
         raise ValueError("expected a phone number in E.164 form, such as +15550002222")
     return cleaned
-
-
-def _poll_interval(value: Any) -> float:
-    seconds = parse_duration(value)
-    if not 0.1 <= seconds <= 3600:
-        raise ValueError("must be between 0.1s and 1h")
-    return seconds
 
 
 Phone = Annotated[str, BeforeValidator(_phone)]
@@ -109,7 +116,7 @@ class Config(ChannelConfig):
     """Who may answer; unset means the numbers in ``to``."""
     mode: Literal["auto", "webhook", "poll"] = "auto"
     """auto: the webhook when ``server.public_url`` is set, else polling."""
-    poll_interval: Annotated[float, BeforeValidator(_poll_interval)] = 5.0
+    poll_interval: Annotated[float, bounded(0.1, 3600)] = 5.0
     api_base_url: str = TWILIO_API
     notify_on_retract: bool = False
     """Text the recipients when a request is settled elsewhere (answered, expired or cancelled)."""
@@ -237,9 +244,7 @@ def compose(request: Request, code: str | None, link: str | None) -> str:
 
 
 def _what(request: Request) -> str:
-    if request.kind == Kind.APPROVAL:
-        return "approved" if request.approved else "denied"
-    return _cut(_squash(request.answer or request.choice or ""), 60)[0]
+    return _cut(_squash(answered_what(request)), 60)[0]
 
 
 def _settled_text(request: Request, code: str) -> str:
@@ -284,17 +289,8 @@ class _ApiError(Exception):
         code = body.get("code")
         said = body.get("message") or body.get("detail") or body.get("title") or ""
         return cls(
-            status, code if isinstance(code, int) else None, _squash(str(said))[:200], _retry_after(headers)
+            status, code if isinstance(code, int) else None, _squash(str(said))[:200], retry_after(headers)
         )
-
-
-def _retry_after(headers: Any) -> float | None:
-    value = headers.get("Retry-After") if headers is not None else None
-    try:
-        seconds = float(value) if value is not None else None
-    except ValueError:
-        return None
-    return None if seconds is None or seconds < 0 or not math.isfinite(seconds) else min(seconds, 3600.0)
 
 
 @functools.cache
@@ -478,7 +474,7 @@ class Channel(BaseChannel):
             code = state.get("code") or await self._allocate_code(request.id)
             state["code"] = code
             await self._save(key, state)
-        public_url = getattr(self.hub, "public_url", None)
+        public_url = self.public_url
         link = f"{public_url}/requests/{request.id}" if public_url else None
         body = compose(request, code, link)
         size = segments(body)
@@ -584,28 +580,31 @@ class Channel(BaseChannel):
         briefly; anything else is logged and dropped, never re-sent."""
         if await self._opted_out(number):
             return
-        for attempt in range(3):
+        policy = REPLY_RETRY
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 await self._create(number, body)
                 return
             except Exception as exc:
                 failure = _failure(exc)
-                if failure.kind != "rate" or attempt == 2:
+                if failure.kind != "rate" or not policy.retries(attempt):
                     log.warning("%s: reply to %s not sent: %s", self.name, number, failure.message)
                     return
-                wait = failure.retry_after if failure.retry_after is not None else 2**attempt
-                await anyio.sleep(min(wait, 5.0))
+                wait = failure.retry_after if failure.retry_after is not None else policy.delay(attempt)
+                await anyio.sleep(min(wait, policy.maximum_interval))
 
     # --- codes ------------------------------------------------------------------------------
 
     async def _allocate_code(self, request_id: str) -> str:
         """A code no pending request of this channel has, and not one of the last few handed out."""
         async with self._code_lock:
-            taken = {str(d.detail.get("code")) for _, d in await self.hub.open_requests(self.name)}
-            recent: list[str] = json.loads(await self.hub.state_get(self.name, "recent_codes") or "[]")
+            taken = {str(d.detail.get("code")) for _, d in await self.open_requests()}
+            recent: list[str] = json.loads(await self.state.get("recent_codes") or "[]")
             taken.update(recent)
             if len(taken) >= 9000:
-                taken = {str(d.detail.get("code")) for _, d in await self.hub.open_requests(self.name)}
+                taken = {str(d.detail.get("code")) for _, d in await self.open_requests()}
             code = None
             for _ in range(64):
                 candidate = self.next_code()
@@ -618,8 +617,8 @@ class Channel(BaseChannel):
                     raise DeliveryError("no free reply code: 9,000 requests are pending", permanent=True)
                 code = secrets.choice(free)
             recent = [*recent, code][-RECENT_CODES:]
-            await self.hub.state_set(self.name, "recent_codes", json.dumps(recent))
-            await self.hub.state_set(self.name, f"code:{code}", request_id)
+            await self.state.set("recent_codes", json.dumps(recent))
+            await self.state.set(f"code:{code}", request_id)
             return code
 
     # --- inbound ----------------------------------------------------------------------------
@@ -675,19 +674,19 @@ class Channel(BaseChannel):
             answer = await self.receive(str(message.sid), number, str(message.body or ""))
             if message.date_sent > mark:
                 mark = message.date_sent
-                await self.hub.state_set(self.name, "poll_mark", mark.isoformat())
+                await self.state.set("poll_mark", mark.isoformat())
             if answer is not None:
                 await self._text(number, answer)
 
     async def _mark(self) -> datetime:
-        stored = await self.hub.state_get(self.name, "poll_mark")
+        stored = await self.state.get("poll_mark")
         if stored:
             return datetime.fromisoformat(stored)
         # first poll: from now, or from the oldest request still open here (replies may be waiting)
-        oldest = [r.created_at for r, _ in await self.hub.open_requests(self.name)]
+        oldest = [r.created_at for r, _ in await self.open_requests()]
         start = min([datetime.now(UTC).timestamp(), *oldest])
         mark = datetime.fromtimestamp(int(start), UTC)
-        await self.hub.state_set(self.name, "poll_mark", mark.isoformat())
+        await self.state.set("poll_mark", mark.isoformat())
         return mark
 
     async def _poll_forever(self) -> None:
@@ -705,7 +704,7 @@ class Channel(BaseChannel):
 
     async def receive(self, sid: str, number: str, body: str) -> str | None:
         """Handle one inbound text (once per MessageSid); returns the text to send back, if any."""
-        if not await self.hub.first_seen(self.name, sid):
+        if await self.state.seen(sid):
             return None
         try:
             number = _phone(number.strip())
@@ -714,13 +713,7 @@ class Channel(BaseChannel):
         words = body.split()
         if number not in self.config.answerers:
             request_id = await self._request_named(words)
-            await self.hub.record(
-                request_id,
-                "reply_ignored",
-                number,
-                {"channel": self.name, "reason": "number not allowed", "message_sid": sid},
-            )
-            log.warning("%s: ignored a text from %s: not an allowed number", self.name, number)
+            await self.ignore(request_id, number, "number not allowed", message_sid=sid)
             return None
         keyword = body.strip().strip(_PUNCTUATION).upper()
         if keyword in STOP_WORDS:
@@ -729,7 +722,7 @@ class Channel(BaseChannel):
         if keyword in START_WORDS:
             await self._set_opt_out(number, False, keyword)
             return None
-        open_requests = await self.hub.open_requests(self.name)
+        open_requests = await self.open_requests()
         mine = [(r, d) for r, d in open_requests if number in (d.detail.get("to") or [])]
         if not mine and not any(number in (d.detail.get("to") or []) for _, d in open_requests):
             mine = open_requests  # an allowed answerer who is not a recipient
@@ -745,8 +738,6 @@ class Channel(BaseChannel):
         open_requests: list[tuple[Request, Delivery]],
         mine: list[tuple[Request, Delivery]],
     ) -> str | None:
-        from hitl_mcp.broker import NotFound, ReplyInvalid
-
         by_code: dict[str, list[Request]] = {}
         for request, delivery in open_requests:
             by_code.setdefault(str(delivery.detail.get("code")), []).append(request)
@@ -775,23 +766,23 @@ class Channel(BaseChannel):
         if reply is None:
             await self._unclear(request.id, number, sid, "not understood")
             return f"Didn't get that. {instructions(request, code, short=True)}"
-        try:
-            result = await self.hub.resolve(request.id, reply)
-        except ReplyInvalid:
-            await self._unclear(request.id, number, sid, "not understood")
-            return f"Didn't get that. {instructions(request, code, short=True)}"
-        except NotFound:
-            return None
-        if not result.won:
-            return _settled_text(result.request, code)
-        return f"Got it: {_what(result.request)}, {code}"
+        match await self.answer(request.id, reply):
+            case Answered(settled):
+                return f"Got it: {_what(settled)}, {code}"
+            case Late(settled):
+                return _settled_text(settled, code)
+            case Invalid():
+                await self._unclear(request.id, number, sid, "not understood")
+                return f"Didn't get that. {instructions(request, code, short=True)}"
+            case Unknown():
+                return None
 
     async def _settled_under(self, words: list[str]) -> tuple[Request, str] | None:
         """A recently handed-out code among the first words, whose request is no longer pending."""
-        recent = set(json.loads(await self.hub.state_get(self.name, "recent_codes") or "[]"))
+        recent = set(json.loads(await self.state.get("recent_codes") or "[]"))
         for word in words:
             if _CODE.fullmatch(word) and word in recent:
-                request_id = await self.hub.state_get(self.name, f"code:{word}")
+                request_id = await self.state.get(f"code:{word}")
                 request = await self.hub.get(request_id) if request_id else None
                 if request is not None and request.status != Status.PENDING:
                     return request, word
@@ -800,31 +791,30 @@ class Channel(BaseChannel):
     async def _request_named(self, words: list[str]) -> str | None:
         """For the audit log: the pending request whose code a text names, if any."""
         codes = {w.strip(_PUNCTUATION) for w in words[:2]}
-        for request, delivery in await self.hub.open_requests(self.name):
+        for request, delivery in await self.open_requests():
             if str(delivery.detail.get("code")) in codes:
                 return request.id
         return None
 
     async def _unclear(self, request_id: str | None, number: str, sid: str, reason: str) -> None:
-        await self.hub.record(
-            request_id, "reply_ignored", number, {"channel": self.name, "reason": reason, "message_sid": sid}
-        )
+        await self.ignore(request_id, number, reason, message_sid=sid)
 
     # --- opt-outs and stored state ----------------------------------------------------------
 
     async def _opted_out(self, number: str) -> bool:
-        return await self.hub.state_get(self.name, f"opted_out:{number}") == "1"
+        return await self.state.get(f"opted_out:{number}") == "1"
 
     async def _set_opt_out(self, number: str, out: bool, why: str) -> None:
-        await self.hub.state_set(self.name, f"opted_out:{number}", "1" if out else "0")
+        await self.state.set(f"opted_out:{number}", "1" if out else "0")
         event = "opted_out" if out else "opted_in"
         await self.hub.record(None, event, number, {"channel": self.name, "keyword": why})
 
     async def _load(self, key: str) -> dict[str, Any]:
-        return json.loads(await self.hub.state_get(self.name, key) or "{}")
+        loaded: dict[str, Any] = await self.state.load(key)
+        return loaded
 
     async def _save(self, key: str, state: dict[str, Any]) -> None:
-        await self.hub.state_set(self.name, key, json.dumps(state))
+        await self.state.save(key, state)
 
 
 class _MultiParams:
@@ -844,21 +834,19 @@ def _parse(request: Request, words: list[str], channel: str, number: str) -> Rep
     """The reply a text gives (its code already taken out), or None when it is not understood."""
     if not words:
         return None
-    first = words[0].strip(_PUNCTUATION).lower()
+    first = words[0].strip(_PUNCTUATION)
     comment = " ".join(words[1:]) or None
     if request.kind == Kind.APPROVAL:
-        if first in APPROVE_WORDS:
-            return Reply(channel=channel, responder=number, decision="approve", comment=comment)
-        if first in DENY_WORDS:
-            return Reply(channel=channel, responder=number, decision="deny", comment=comment)
-        return None
+        decision = decision_of(first)
+        if decision is None:
+            return None
+        return Reply(channel=channel, responder=number, decision=decision, comment=comment)
     if request.kind != Kind.QUESTION:
         return None
-    choices = request.choices or []
-    if choices and first.isdigit():
-        index = int(first)
-        if 1 <= index <= len(choices):
-            return Reply(channel=channel, responder=number, choice=choices[index - 1], comment=comment)
+    if request.choices and first.isdigit():
+        choice = choice_by_number(first, request.choices)
+        if choice is not None:
+            return Reply(channel=channel, responder=number, choice=choice, comment=comment)
         if not request.allow_free_text:
             return None
     return Reply(channel=channel, responder=number, text=" ".join(words))
