@@ -72,13 +72,23 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from hitl_mcp.broker import NotFound, ReplyInvalid
+from hitl_mcp.channels.base import (
+    Answered,
+    ChannelConfig,
+    Delivery,
+    DeliveryError,
+    Hub,
+    Invalid,
+    Late,
+    allowed,
+)
 from hitl_mcp.channels.base import Channel as BaseChannel
-from hitl_mcp.channels.base import ChannelConfig, Delivery, DeliveryError, Hub
-from hitl_mcp.config import parse_duration
+from hitl_mcp.durations import bounded
 from hitl_mcp.mailreply import Unreadable, auto_reply_reason, read_answer, reply_text
 from hitl_mcp.models import Kind, Reply, Request, Status, now
 from hitl_mcp.net import is_loopback
+from hitl_mcp.retry import RetryPolicy
+from hitl_mcp.wording import verdict
 
 if TYPE_CHECKING:
     from imapclient import IMAPClient
@@ -86,16 +96,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("hitl_mcp.channels.email")
 
 # --------------------------------------------------------------------------------------------- config
-
-
-def _duration(low: float, high: float) -> Any:
-    def check(value: Any) -> float:
-        seconds = parse_duration(value)
-        if not low <= seconds <= high:
-            raise ValueError(f"must be between {low:g}s and {high:g}s")
-        return seconds
-
-    return Annotated[float, BeforeValidator(check)]
 
 
 def _address(value: str) -> str:
@@ -126,7 +126,7 @@ class _Block(BaseModel):
     """Implicit TLS from the first byte (SMTP port 465, IMAP port 993)."""
     starttls: bool | None = None
     """Plain connection upgraded with STARTTLS (SMTP port 587, IMAP port 143)."""
-    timeout: _duration(1, 300) = 20.0  # type: ignore[valid-type]
+    timeout: Annotated[float, bounded(1, 300)] = 20.0
     ca_file: Path | None = None
     """CA certificates to trust instead of the system's (a self-hosted server with its own CA)."""
 
@@ -170,7 +170,7 @@ class ImapConfig(_Block):
     username: str = Field(min_length=1)
     password: SecretStr
     folder: str = Field("INBOX", min_length=1)
-    poll_interval: _duration(0.05, 3600) = 30.0  # type: ignore[valid-type]
+    poll_interval: Annotated[float, bounded(0.05, 3600)] = 30.0
     """Seconds between polls; IDLE (where the server has it) may wake the poller sooner."""
 
     @property
@@ -196,7 +196,7 @@ class Config(ChannelConfig):
     """Where replies are read; without it, answers come through links only."""
     allowed_senders: Addresses | None = None
     """Who may answer; default: ``to``."""
-    link_ttl: _duration(60, 90 * 86400) | None = None  # type: ignore[valid-type]
+    link_ttl: Annotated[float, bounded(60, 90 * 86400)] | None = None
     """How long an answer link stays valid; default: the request's lifetime."""
     reply_to: str | None = None
     """The mailbox replies go to (read through ``imap``); default: ``from``."""
@@ -310,8 +310,6 @@ class Channel(BaseChannel):
         self.sender = _address(config.from_)
         self.domain = self.sender.rsplit("@", 1)[1]
         self.allowed = {_address(a) for a in (config.allowed_senders or config.to)}
-        public_url = getattr(hub, "public_url", None) if hub is not None else None
-        self.public_url: str | None = public_url.rstrip("/") if public_url else None
         # a mail nobody can answer (no IMAP, no links) is a notification: the broker refuses to ask here
         self.answerable = bool(config.imap or self.public_url)
         self._key: bytes | None = None
@@ -324,6 +322,11 @@ class Channel(BaseChannel):
         self._scope: anyio.CancelScope | None = None
 
     # --- tokens ------------------------------------------------------------------------------
+
+    @property
+    def public_url(self) -> str | None:
+        public_url = getattr(self.hub, "public_url", None)
+        return public_url.rstrip("/") if public_url else None
 
     def key(self) -> bytes:
         if self._key is None:
@@ -623,14 +626,14 @@ class Channel(BaseChannel):
 
     async def deliver(self, request: Request) -> Delivery:
         state_key = f"sent:{request.id}"
-        done: list[str] = json.loads(await self.hub.state_get(self.name, state_key) or "[]")
+        done: list[str] = await self.state.load(state_key, [])
         recipients = [r for r in self.config.to if _address(r) not in done]
         ids = {_address(r): self.message_id(request.id, r) for r in self.config.to}
 
         async def sent(msg: EmailMessage) -> None:  # a retry after a partial failure skips these
             done.append(_address(str(msg["To"])))
             ids[_address(str(msg["To"]))] = str(msg["Message-ID"])
-            await self.hub.state_set(self.name, state_key, json.dumps(done))
+            await self.state.save(state_key, done)
 
         await self.send((self.compose(request, r) for r in recipients), sent)
         first = ids[_address(self.config.to[0])]
@@ -642,12 +645,9 @@ class Channel(BaseChannel):
         if not self.config.follow_up or request.kind == Kind.NOTIFICATION:
             return
         if request.status == Status.ANSWERED:
-            verdict = (
-                {True: "approved", False: "denied"}.get(request.approved)
-                if request.kind == Kind.APPROVAL
-                else None
+            what = (
+                verdict(request.approved) if request.kind == Kind.APPROVAL else f"answered ({request.answer})"
             )
-            what = verdict or f"answered ({request.answer})"
             text = f"Settled: {what} by {request.responder} via {request.channel}."
         else:
             text = f"Settled: the request was {request.status.value}; no answer is needed any more."
@@ -728,18 +728,20 @@ class Channel(BaseChannel):
             reply_kw = {"text": text}
         else:
             reply_kw = {"choice": label, "comment": comment}
-        if not await self.hub.first_seen(self.name, "link:" + link.nonce):
+        if await self.state.seen("link:" + link.nonce):
             return _page("Link already used", "<p>This link was already used; each link works once.</p>", 409)
         reply = Reply(channel=self.name, responder=link.recipient, **reply_kw)
-        try:
-            result = await self.hub.resolve(request.id, reply)
-        except NotFound:
-            return _page("Link not valid", "<p>There is no such request.</p>", 404)
-        except ReplyInvalid as exc:
-            return _page("Not accepted", f"<p>{html.escape(str(exc))}</p>", 422)
-        if not result.won:
-            return _page("Already settled", f"<p>{html.escape(_settled_text(result.request))}</p>", 409)
-        return _page("Thank you", f"<p>Recorded: <b>{html.escape(label)}</b>. You can close this page.</p>")
+        match await self.answer(request.id, reply):
+            case Answered():
+                return _page(
+                    "Thank you", f"<p>Recorded: <b>{html.escape(label)}</b>. You can close this page.</p>"
+                )
+            case Late(settled):
+                return _page("Already settled", f"<p>{html.escape(_settled_text(settled))}</p>", 409)
+            case Invalid(_, reason):
+                return _page("Not accepted", f"<p>{html.escape(reason)}</p>", 422)
+            case _:
+                return _page("Link not valid", "<p>There is no such request.</p>", 404)
 
     # --- IMAP --------------------------------------------------------------------------------
 
@@ -837,7 +839,8 @@ class Channel(BaseChannel):
             except Exception as exc:
                 self._drop_client()
                 failures += 1
-                delay = min(cfg.poll_interval * 2 ** min(failures - 1, 10), 300.0)
+                policy = RetryPolicy(initial_interval=cfg.poll_interval, maximum_interval=300.0)
+                delay = policy.delay(failures)
                 log.warning("email %s: %s; reconnecting in %.1fs", self.name, self._imap_error(exc), delay)
                 await anyio.sleep(delay)
 
@@ -879,11 +882,11 @@ class Channel(BaseChannel):
         if client is None:
             raise ConnectionError("the IMAP connection was closed")
         state_key = f"imap:{cfg.folder}"
-        raw = await self.hub.state_get(self.name, state_key)
+        raw = await self.state.get(state_key)
         mark = _Mark(**json.loads(raw)) if raw else None
         # where to look when the mark does not fit the folder (the first look, or a rebuilt mailbox):
         # from a day before the oldest open request, or before now
-        oldest = min([now(), *(r.created_at for r, _ in await self.hub.open_requests(self.name))])
+        oldest = min([now(), *(r.created_at for r, _ in await self.open_requests())])
         since = datetime.fromtimestamp(oldest, UTC).date() - timedelta(days=1)
         batch = await anyio.to_thread.run_sync(self._fetch_new, client, mark, since, abandon_on_cancel=True)
         for uid, message in batch.mails:
@@ -893,7 +896,7 @@ class Channel(BaseChannel):
                 log.exception("email %s: could not process mail uid %d", self.name, uid)
         if mark is None or (batch.validity, batch.last_uid) != (mark.validity, mark.uid):
             value = json.dumps({"validity": batch.validity, "uid": batch.last_uid})
-            await self.hub.state_set(self.name, state_key, value)
+            await self.state.set(state_key, value)
 
     def _fetch_new(self, client: IMAPClient, mark: _Mark | None, since: date) -> _Batch:
         """In the worker thread: select the folder read-only, find new mail, fetch what is ours."""
@@ -938,7 +941,7 @@ class Channel(BaseChannel):
         m = _SUBJECT_RE.search(str(msg.get("Subject", "")))
         if m is not None:
             short = m.group(1).lower()
-            for request, _ in await self.hub.open_requests(self.name):
+            for request, _ in await self.open_requests():
                 if request.id.startswith(short):
                     return request, []
         return None
@@ -949,7 +952,7 @@ class Channel(BaseChannel):
         if msg.get("X-Hitl-Request") is not None:
             return  # one of our own mails, seen in a shared mailbox
         message_id = str(msg.get("Message-ID") or "").strip() or f"uid:{validity}:{uid}"
-        if not await self.hub.first_seen(self.name, "msg:" + message_id):
+        if await self.state.seen("msg:" + message_id):
             return
         found = await self._find_request(msg)
         if found is None:
@@ -959,14 +962,12 @@ class Channel(BaseChannel):
         actor = sender or str(msg.get("From", ""))[:200] or "(no sender)"
 
         async def ignore(reason: str) -> None:
-            log.info("email %s: ignored mail %s from %s: %s", self.name, message_id, actor, reason)
-            data = {"channel": self.name, "reason": reason, "message_id": message_id[:200]}
-            await self.hub.record(request.id, "reply_ignored", actor, data)
+            await self.ignore(request.id, actor, reason, message_id=message_id[:200])
 
         auto = auto_reply_reason(msg)
         if auto is not None:
             return await ignore(f"an automatic reply ({auto})")
-        if not sender or sender not in self.allowed:
+        if not allowed(sender, self.allowed):
             return await ignore("the sender is not in allowed_senders")
         expected = self.reply_token(request.id, sender)
         token_ok = any(hmac.compare_digest(t, expected) for t in tokens)
@@ -990,25 +991,30 @@ class Channel(BaseChannel):
                 text=answer.text,
                 comment=answer.comment,
             )
-            result = await self.hub.resolve(request.id, reply)
-        except (Unreadable, ReplyInvalid) as exc:
-            await ignore(f"not understood: {exc}")
-            if await self.hub.first_seen(self.name, f"unclear:{request.id}:{sender}"):
-                text = f"Your reply could not be read as an answer: {exc}.\n\n" + "\n".join(
-                    self._instructions(request, sender)
-                )
-                await self._send_quietly(self._notice(request, sender, text, msg))
-            return
-        except NotFound:
-            return
-        if result.won:
-            await self._send_quietly(self._notice(request, sender, _recorded_text(result.request), msg))
-        else:
-            await self._tell_settled(result.request, sender, msg)
+        except Unreadable as exc:
+            return await self._unclear(request, sender, msg, message_id, str(exc))
+        match await self.answer(request.id, reply):
+            case Answered(settled):
+                await self._send_quietly(self._notice(request, sender, _recorded_text(settled), msg))
+            case Late(settled):
+                await self._tell_settled(settled, sender, msg)
+            case Invalid(_, reason):
+                await self._unclear(request, sender, msg, message_id, reason)
+
+    async def _unclear(
+        self, request: Request, sender: str, msg: EmailMessage, message_id: str, why: str
+    ) -> None:
+        """Not understood: audited each time; the sender is told how to answer once per request."""
+        await self.ignore(request.id, sender, f"not understood: {why}", message_id=message_id[:200])
+        if not await self.state.seen(f"unclear:{request.id}:{sender}"):
+            text = f"Your reply could not be read as an answer: {why}.\n\n" + "\n".join(
+                self._instructions(request, sender)
+            )
+            await self._send_quietly(self._notice(request, sender, text, msg))
 
     async def _tell_settled(self, request: Request, sender: str, msg: EmailMessage) -> None:
         """One "already answered" mail per request and sender, and only one."""
-        if await self.hub.first_seen(self.name, f"settled:{request.id}:{sender}"):
+        if not await self.state.seen(f"settled:{request.id}:{sender}"):
             text = f"{_settled_text(request)} Your reply was not recorded."
             await self._send_quietly(self._notice(request, sender, text, msg))
 
@@ -1034,7 +1040,7 @@ def _looks_ours(headers: bytes) -> bool:
 
 def _outcome_words(request: Request) -> str:
     if request.kind == Kind.APPROVAL:
-        return "approved" if request.approved else "denied"
+        return verdict(request.approved)
     return f"answered: {request.answer}"
 
 

@@ -27,10 +27,10 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from hitl_mcp.channels._retry import RetryPolicy, retry_after
 from hitl_mcp.channels.base import Answered, ChannelConfig, Delivery, DeliveryError, allowed
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.models import Kind, Reply, Request, Status
+from hitl_mcp.retry import RetryPolicy, retry_after
 from hitl_mcp.wording import expired, verdict
 
 log = logging.getLogger("hitl_mcp.channels.slack")

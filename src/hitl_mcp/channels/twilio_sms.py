@@ -42,7 +42,6 @@ from starlette.routing import BaseRoute, Route
 
 from hitl_mcp.channels._replies import PUNCTUATION as _PUNCTUATION
 from hitl_mcp.channels._replies import choice_by_number, decision_of
-from hitl_mcp.channels._retry import RetryPolicy, retry_after
 from hitl_mcp.channels.base import (
     Answered,
     ChannelConfig,
@@ -56,6 +55,7 @@ from hitl_mcp.channels.base import (
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.durations import bounded
 from hitl_mcp.models import Kind, Reply, Request, Status
+from hitl_mcp.retry import RetryPolicy, retry_after
 from hitl_mcp.wording import answered_what
 
 if TYPE_CHECKING:
