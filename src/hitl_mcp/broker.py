@@ -42,6 +42,10 @@ POLL_SECONDS = 0.5
 MAINTAIN_SECONDS = 2.0
 WAKING_EVENTS = ("answered", "expired", "cancelled", "delivery_failed")
 NOTIFY_TIMEOUT = 15.0
+#: channel state about a settled request, and inbound ids, are kept this long (past any provider's
+#: redelivery window), then pruned once every PRUNE_EVERY seconds
+KEEP_STATE_SECONDS = 30 * 86400.0
+PRUNE_EVERY = 3600.0
 #: a waiter whose request is due but could not be expired looks again this soon
 EXPIRY_RETRY_SECONDS = 1.0
 
@@ -101,6 +105,7 @@ class Broker:
         self._waiters_present = anyio.Event()
         self._listeners: set[Callable[[str, str], None]] = set()
         self._last_seq = 0
+        self._pruned_at = 0.0
 
     # --- background work -------------------------------------------------------------------
 
@@ -128,6 +133,9 @@ class Broker:
     async def _maintain_round(self) -> None:
         await anyio.sleep(MAINTAIN_SECONDS)
         await self.store.maintain()
+        if now() - self._pruned_at >= PRUNE_EVERY:
+            self._pruned_at = now()
+            await self.store.prune(self._pruned_at - KEEP_STATE_SECONDS)
 
     async def _watch_round(self) -> None:
         """Wake waiters (and listeners) for changes written by any process."""
