@@ -1,47 +1,23 @@
-"""SMS through Twilio: a short text with a reply code out, the person's text back in.
-
-Out: one text per recipient (``to``), carrying a four-digit reference code that is unique among the
-requests still pending on this channel (and not reused soon after one closes), e.g.
-``[hitl] Deploy v2 to prod? Reply YES 4821 or NO 4821, optionally with a comment.`` Segments (GSM-7
-or UCS-2) are counted and kept in the delivery's detail, with the code and the numbers reached.
-
-In: a signed webhook (``POST /webhooks/twilio/sms``, checked with twilio's ``RequestValidator`` against
-``server.public_url`` plus the route's path), or polling ``messages.list(to=<from>,
-date_sent_after=<mark>)`` with the mark kept in the store. Either way each ``MessageSid`` is handled
-once. Only ``allowed_numbers`` (default: ``to``) may answer; STOP/START/HELP are honoured.
-
-Sends are never repeated blindly: twilio's own ``max_retries`` is not used (it re-POSTs on any 5xx).
-A 429 (20429, "never processed") is retried through the outbox; a 5xx, a timeout or a send cut short
-leaves the outcome unknown, which is recorded as such instead of texting the person twice.
-
-twilio is imported lazily: validating a config must not need it.
-"""
+"""SMS through Twilio: the channel (sending once, reply codes, inbound texts, opt-outs)."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import functools
 import json
-import logging
-import math
-import re
 import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
-from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
 from starlette.background import BackgroundTask
 from starlette.requests import Request as HttpRequest
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from hitl_mcp.channels._replies import PUNCTUATION as _PUNCTUATION
-from hitl_mcp.channels._replies import choice_by_number, decision_of
 from hitl_mcp.channels.base import (
     Answered,
     ChannelConfig,
@@ -53,317 +29,36 @@ from hitl_mcp.channels.base import (
     Unknown,
 )
 from hitl_mcp.channels.base import Channel as BaseChannel
-from hitl_mcp.durations import bounded
-from hitl_mcp.models import Kind, Reply, Request, Status
-from hitl_mcp.retry import RetryPolicy, retry_after
-from hitl_mcp.wording import answered_what
+from hitl_mcp.models import Kind, Request, Status
 
 if TYPE_CHECKING:
     from twilio.rest import Client
 
-log = logging.getLogger("hitl_mcp.channels.twilio_sms")
-
-TWILIO_API = "https://api.twilio.com"
-#: Twilio refuses a longer body (error 21617)
-MAX_CHARS = 1600
-#: with a link to the inbox page, the question itself is cut to this many characters
-CUT_WITH_LINK = 300
-#: codes handed out recently, not handed out again while a late reply to them could still arrive
-RECENT_CODES = 1000
-#: polling asks for messages sent this long before the mark too: Twilio's list may show a message
-#: late, and its DateSent filter is coarse. Messages seen before are skipped by their MessageSid.
-POLL_OVERLAP = timedelta(seconds=60)
-#: texts back to someone who texted us (confirmations, help): 429s retried briefly, nothing else
-REPLY_RETRY = RetryPolicy(
-    initial_interval=1.0, backoff_coefficient=2.0, maximum_interval=5.0, maximum_attempts=3
+from hitl_mcp.channels.twilio_sms.config import (
+    _CODE,
+    EMPTY_TWIML,
+    HELP_WORDS,
+    POLL_OVERLAP,
+    RECENT_CODES,
+    REPLY_RETRY,
+    START_WORDS,
+    STOP_WORDS,
+    TWILIO_API,
+    Config,
+    _phone,
+    log,
 )
-EMPTY_TWIML = '<?xml version="1.0" encoding="UTF-8"?><Response></Response>'
-
-# Twilio's own opt-out keywords (its Advanced Opt-Out defaults), matched as the whole message
-STOP_WORDS = frozenset({"STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"})
-START_WORDS = frozenset({"START", "UNSTOP"})
-HELP_WORDS = frozenset({"HELP", "INFO"})
-
-_E164 = re.compile(r"\+[1-9]\d{6,14}")
-_CODE = re.compile(r"\d{4}")
-
-
-# ----------------------------------------------------------------------------------------- config
-
-
-def _phone(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    cleaned = re.sub(r"[\s().-]", "", value)
-    if not _E164.fullmatch(cleaned):
-        raise ValueError("expected a phone number in E.164 form, such as +15550002222")
-    return cleaned
-
-
-Phone = Annotated[str, BeforeValidator(_phone)]
-
-
-class Config(ChannelConfig):
-    type: Literal["twilio_sms"] = "twilio_sms"
-    account_sid: str
-    auth_token: SecretStr
-    from_: Phone | None = Field(None, alias="from")
-    """The Twilio number that sends, and that people text back (E.164)."""
-    messaging_service_sid: str | None = None
-    """A Messaging Service to send through instead of (or as well as) ``from``."""
-    to: Annotated[list[Phone], Field(min_length=1)]
-    allowed_numbers: list[Phone] | None = None
-    """Who may answer; unset means the numbers in ``to``."""
-    mode: Literal["auto", "webhook", "poll"] = "auto"
-    """auto: the webhook when ``server.public_url`` is set, else polling."""
-    poll_interval: Annotated[float, bounded(0.1, 3600)] = 5.0
-    api_base_url: str = TWILIO_API
-    notify_on_retract: bool = False
-    """Text the recipients when a request is settled elsewhere (answered, expired or cancelled)."""
-
-    @field_validator("account_sid")
-    @classmethod
-    def _check_account_sid(cls, value: str) -> str:
-        if not re.fullmatch(r"AC[0-9a-fA-F]{32}", value):
-            raise ValueError("expected an Account SID: AC followed by 32 hexadecimal digits")
-        return value
-
-    @field_validator("messaging_service_sid")
-    @classmethod
-    def _check_service_sid(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"MG[0-9a-fA-F]{32}", value):
-            raise ValueError("expected a Messaging Service SID: MG followed by 32 hexadecimal digits")
-        return value
-
-    @field_validator("auth_token")
-    @classmethod
-    def _check_token(cls, value: SecretStr) -> SecretStr:
-        if not value.get_secret_value():
-            raise ValueError("must not be empty")
-        return value
-
-    @field_validator("api_base_url")
-    @classmethod
-    def _check_base_url(cls, value: str) -> str:
-        if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value):
-            raise ValueError("expected an http:// or https:// URL such as https://api.twilio.com")
-        return value.rstrip("/")
-
-    @model_validator(mode="after")
-    def _needs_sender(self) -> Config:
-        if self.from_ is None and self.messaging_service_sid is None:
-            raise ValueError("set 'from' (the Twilio number, E.164) or 'messaging_service_sid'")
-        return self
-
-    @property
-    def answerers(self) -> frozenset[str]:
-        return frozenset(self.allowed_numbers if self.allowed_numbers is not None else self.to)
-
-
-# ---------------------------------------------------------------------------------- message text
-
-_GSM7_BASIC = frozenset(
-    "@£$¥èéùìòÇ\nØø\rÅåΔ_ΦΓΛΩΠΨΣΘΞÆæßÉ !\"#¤%&'()*+,-./0123456789:;<=>?"
-    "¡ABCDEFGHIJKLMNOPQRSTUVWXYZÄÖÑÜ§¿abcdefghijklmnopqrstuvwxyzäöñüà"
+from hitl_mcp.channels.twilio_sms.text import (
+    _help,
+    _parse,
+    _retract_text,
+    _settled_text,
+    _what,
+    compose,
+    instructions,
+    segments,
 )
-_GSM7_EXTENDED = frozenset("^{}\\[~]|€\f")
-
-
-@dataclass(frozen=True)
-class Segments:
-    encoding: Literal["GSM-7", "UCS-2"]
-    count: int
-    units: int
-    """septets for GSM-7 (an extended character takes two), UTF-16 code units for UCS-2"""
-
-
-def segments(text: str) -> Segments:
-    """How many SMS segments ``text`` takes: GSM-7 160 (153 each when split), else UCS-2 70 (67)."""
-    if all(c in _GSM7_BASIC or c in _GSM7_EXTENDED for c in text):
-        units = len(text) + sum(c in _GSM7_EXTENDED for c in text)
-        single, part, encoding = 160, 153, "GSM-7"
-    else:
-        units = len(text.encode("utf-16-le")) // 2
-        single, part, encoding = 70, 67, "UCS-2"
-    count = 1 if units <= single else math.ceil(units / part)
-    return Segments(encoding, count, units)  # type: ignore[arg-type]
-
-
-def _squash(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _cut(text: str, room: int) -> tuple[str, bool]:
-    room = max(room, 20)
-    if len(text) <= room:
-        return text, False
-    kept = text[: room - 3]
-    if " " in kept[len(kept) // 2 :]:  # at a word boundary when there is one
-        kept = kept.rsplit(" ", 1)[0]
-    return kept.rstrip() + "...", True  # not "…": one such character makes it all UCS-2
-
-
-def instructions(request: Request, code: str, *, short: bool = False) -> str:
-    """How to answer, with the code: "Reply YES 4821 or NO 4821", "Reply 1 4821 for staging, ..."."""
-    if request.kind == Kind.APPROVAL:
-        return f"Reply YES {code} or NO {code}" + ("" if short else ", optionally with a comment.")
-    choices = request.choices or []
-    if choices:
-        width = 40 if len(choices) <= 10 else 15
-        parts = ", ".join(f"{i} {code} for {_cut(_squash(c), width)[0]}" for i, c in enumerate(choices, 1))
-        tail = f", or {code} followed by your answer" if request.allow_free_text else ""
-        return f"Reply {parts}{tail}" + ("" if short else ".")
-    return f"Reply {code} followed by your answer" + ("" if short else ".")
-
-
-def compose(request: Request, code: str | None, link: str | None) -> str:
-    """The outbound text, within Twilio's 1,600 characters; a long question is cut when a link to
-    its inbox page can carry the rest."""
-    label = ""
-    if request.kind == Kind.NOTIFICATION:
-        head = _squash(f"{request.title}: {request.text}" if request.title else request.text)
-        label = {"warning": "WARNING: ", "error": "ERROR: "}.get(request.level or "", "")
-        tail = ""
-    else:
-        head = _squash(request.text)
-        if request.kind == Kind.APPROVAL:
-            if not head.endswith(("?", ".", "!")):
-                head += "?"
-            if request.details:
-                head += " " + _squash(request.details)
-            if request.risk == "high":
-                label = "HIGH RISK: "
-        tail = " " + instructions(request, code or "")
-    prefix = "[hitl] " + label
-    if link:
-        tail += f" Details: {link}"
-        head, _ = _cut(head, min(CUT_WITH_LINK, MAX_CHARS - len(prefix) - len(tail)))
-    else:
-        head, _ = _cut(head, MAX_CHARS - len(prefix) - len(tail))
-    return (prefix + head + tail)[:MAX_CHARS]
-
-
-def _what(request: Request) -> str:
-    return _cut(_squash(answered_what(request)), 60)[0]
-
-
-def _settled_text(request: Request, code: str) -> str:
-    if request.status == Status.ANSWERED:
-        return f"Already answered via {request.channel} ({code})."
-    if request.status == Status.EXPIRED:
-        return f"Request {code} has expired; your reply was not used."
-    if request.status == Status.CANCELLED:
-        return f"Request {code} was cancelled; your reply was not used."
-    return f"Request {code} takes no reply."
-
-
-def _retract_text(request: Request, code: str) -> str:
-    if request.status == Status.ANSWERED:
-        who = f"{_what(request)} by {request.responder} via {request.channel}"
-        return f"[hitl] {code}: {who}. No reply needed."
-    if request.status == Status.EXPIRED:
-        return f"[hitl] {code} expired. No reply needed."
-    return f"[hitl] {code} was cancelled. No reply needed."
-
-
-# ----------------------------------------------------------------------------------- the transport
-
-
-class _ApiError(Exception):
-    """An error answer from Twilio's API, from its JSON body: ``{"code", "message", "status", ...}``."""
-
-    def __init__(self, status: int, code: int | None, message: str, retry_after: float | None) -> None:
-        super().__init__(f"HTTP {status}, error {code}: {message}")
-        self.status = status
-        self.code = code
-        self.message = message
-        self.retry_after = retry_after
-
-    @classmethod
-    def from_response(cls, status: int, text: str, headers: Any) -> _ApiError:
-        try:
-            body = json.loads(text)
-        except ValueError:
-            body = None
-        body = body if isinstance(body, dict) else {}
-        code = body.get("code")
-        said = body.get("message") or body.get("detail") or body.get("title") or ""
-        return cls(
-            status, code if isinstance(code, int) else None, _squash(str(said))[:200], retry_after(headers)
-        )
-
-
-@functools.cache
-def _transport_class() -> type:
-    """twilio's own async transport, pointed at ``api_base_url``; it raises :class:`_ApiError` on an
-    error answer, and never retries."""
-    from twilio.http.async_http_client import AsyncTwilioHttpClient
-    from twilio.http.response import Response as TwilioResponse
-
-    class Transport(AsyncTwilioHttpClient):  # type: ignore[misc]
-        def __init__(self, base_url: str, timeout: float) -> None:
-            super().__init__(timeout=timeout)  # no max_retries: it re-POSTs on any 5xx
-            self.base_url = base_url
-
-        async def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> TwilioResponse:
-            if self.base_url != TWILIO_API and url.startswith(TWILIO_API):
-                url = self.base_url + url[len(TWILIO_API) :]
-            if kwargs.get("timeout") is None:  # twilio's async client ignores its own timeout
-                kwargs["timeout"] = self.timeout
-            auth = kwargs.pop("auth", None)
-            if auth is not None:  # as a header: aiohttp deprecates auth=, and twilio never logs this
-                token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-                kwargs["headers"] = {**(kwargs.get("headers") or {}), "Authorization": f"Basic {token}"}
-            response = await super().request(method, url, *args, **kwargs)
-            if response.status_code >= 400:  # one error path for create, fetch and list pages
-                raise _ApiError.from_response(response.status_code, response.text, response.headers)
-            return response
-
-    return Transport
-
-
-@dataclass(frozen=True)
-class _Failure:
-    """A failed API call, sorted by what it means for repeating it."""
-
-    kind: Literal["rate", "unknown", "refused", "unreachable"]
-    message: str
-    retry_after: float | None = None
-    code: int | None = None
-
-
-_REFUSALS = {
-    21610: "opted out (STOP) at Twilio (21610)",
-    21211: "not a valid phone number (21211)",
-    21614: "not a mobile number (21614)",
-    21408: "not permitted to send to that region (21408)",
-    21612: "cannot be reached from this sender (21612)",
-    21617: "the text is too long (21617)",
-    20003: "Twilio refused the credentials (20003): check account_sid and auth_token",
-    21606: "the 'from' number cannot send SMS (21606)",
-}
-
-
-def _failure(exc: BaseException) -> _Failure:
-    """What an exception from the twilio client means. The text never holds a secret: it is built
-    from the status, Twilio's error code and its message, never from the request."""
-    import aiohttp
-
-    if isinstance(exc, _ApiError):
-        if exc.status == 429:  # 20429: "never processed", safe to repeat
-            return _Failure("rate", f"Twilio rate limit (429, error {exc.code})", exc.retry_after, exc.code)
-        if exc.status >= 500:
-            return _Failure("unknown", f"Twilio answered HTTP {exc.status}", code=exc.code)
-        text = _REFUSALS.get(exc.code or 0) or f"Twilio refused it: {exc}"
-        return _Failure("refused", text, code=exc.code)
-    if isinstance(exc, aiohttp.ClientConnectorError):  # no connection: nothing was sent
-        return _Failure("unreachable", f"cannot reach Twilio ({type(exc).__name__})")
-    if isinstance(exc, TimeoutError):
-        return _Failure("unknown", "no answer from Twilio in time")
-    if isinstance(exc, aiohttp.ClientError):
-        return _Failure("unknown", f"the connection to Twilio failed ({type(exc).__name__})")
-    return _Failure("unknown", f"unexpected answer from Twilio ({type(exc).__name__})")
-
+from hitl_mcp.channels.twilio_sms.transport import _Failure, _failure, _MultiParams, _transport_class
 
 # ------------------------------------------------------------------------------------------ channel
 
@@ -378,7 +73,7 @@ class _Sent:
     retry: _Failure | None = None
 
 
-class Channel(BaseChannel):
+class TwilioSmsChannel(BaseChannel):
     type = "twilio_sms"
     webhook_alias: ClassVar[str | None] = "twilio"
     #: seconds one API call may take; after a send times out its outcome is unknown
@@ -815,50 +510,3 @@ class Channel(BaseChannel):
 
     async def _save(self, key: str, state: dict[str, Any]) -> None:
         await self.state.save(key, state)
-
-
-class _MultiParams:
-    """Form fields as twilio's validator reads them (``getall``): a name may repeat."""
-
-    def __init__(self, params: dict[str, list[str]]) -> None:
-        self.params = params
-
-    def __iter__(self) -> Any:
-        return iter(self.params)
-
-    def getall(self, name: str) -> list[str]:
-        return self.params[name]
-
-
-def _parse(request: Request, words: list[str], channel: str, number: str) -> Reply | None:
-    """The reply a text gives (its code already taken out), or None when it is not understood."""
-    if not words:
-        return None
-    first = words[0].strip(_PUNCTUATION)
-    comment = " ".join(words[1:]) or None
-    if request.kind == Kind.APPROVAL:
-        decision = decision_of(first)
-        if decision is None:
-            return None
-        return Reply(channel=channel, responder=number, decision=decision, comment=comment)
-    if request.kind != Kind.QUESTION:
-        return None
-    if request.choices and first.isdigit():
-        choice = choice_by_number(first, request.choices)
-        if choice is not None:
-            return Reply(channel=channel, responder=number, choice=choice, comment=comment)
-        if not request.allow_free_text:
-            return None
-    return Reply(channel=channel, responder=number, text=" ".join(words))
-
-
-def _help(mine: list[tuple[Request, Delivery]]) -> str:
-    if not mine:
-        return "[hitl] Nothing is waiting for your answer. Text STOP to opt out."
-    if len(mine) == 1:
-        request, delivery = mine[0]
-        return f"[hitl] {instructions(request, str(delivery.detail.get('code')), short=True)}."
-    listed = "; ".join(f"{d.detail.get('code')} {_cut(_squash(r.text), 24)[0]}" for r, d in mine[:4])
-    more = "; ..." if len(mine) > 4 else ""
-    example = mine[0][1].detail.get("code")
-    return f"[hitl] Several requests wait: put the code in your reply, e.g. YES {example}. {listed}{more}"
