@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pytest
 
 from hitl_mcp.channels._replies import APPROVE_WORDS, DENY_WORDS, choice_by_number, decision_of
+from hitl_mcp.channels.email.replies import Unreadable, read_answer
 from hitl_mcp.channels.twilio_sms import _parse
-from hitl_mcp.mailreply import Unreadable, read_answer
 from hitl_mcp.models import Kind, Request
 
 
