@@ -13,7 +13,17 @@ import anyio.lowlevel
 import pytest
 
 from hitl_mcp.broker import AskSpec, Broker, Defaults, ReplyInvalid
-from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery, DeliveryError, ResolveResult
+from hitl_mcp.channels.base import (
+    Answered,
+    Channel,
+    ChannelConfig,
+    Delivery,
+    Invalid,
+    Late,
+    ResolveResult,
+    Unknown,
+)
+from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.models import Kind, Reply, Request, Status, now
 from hitl_mcp.outbox import Outbox
 from hitl_mcp.store.sqlite import SqliteStore
@@ -21,35 +31,8 @@ from hitl_mcp.store.sqlite import SqliteStore
 pytestmark = pytest.mark.anyio
 
 
-class Recorder(Channel):
-    """A real channel that keeps what it was sent, and fails its first ``failures`` sends."""
-
-    type = "recorder"
-
-    def __init__(self, name: str, failures: int = 0, permanent: bool = False) -> None:
-        super().__init__(name, ChannelConfig(type="recorder"), hub=None)  # type: ignore[arg-type]
-        self.failures = failures
-        self.permanent = permanent
-        self.sent: list[str] = []
-        self.retracted: list[tuple[str, Status, str | None]] = []
-        self.changed = anyio.Event()
-
-    def _changed(self) -> None:
-        self.changed.set()
-        self.changed = anyio.Event()
-
-    async def deliver(self, request: Request) -> Delivery:
-        if self.failures > 0:
-            self.failures -= 1
-            self._changed()
-            raise DeliveryError("provider said 429", retry_after=0.01, permanent=self.permanent)
-        self.sent.append(request.id)
-        self._changed()
-        return Delivery(ref=f"msg-{len(self.sent)}")
-
-    async def retract(self, request: Request, delivery: Delivery) -> None:
-        self.retracted.append((request.id, request.status, delivery.ref))
-        self._changed()
+#: the kit's test channel: records what it was sent, fails its first ``failures`` sends
+Recorder = TestChannel
 
 
 @contextlib.asynccontextmanager
@@ -310,3 +293,47 @@ async def test_the_settled_request_returned_is_the_one_stored(tmp_path: Path) ->
             verdict = await broker.resolve(request.id, reply)
             assert verdict.won
             assert verdict.request == await broker.get_or_raise(request.id)
+
+
+async def test_the_kit_answer_path_tags_each_outcome(tmp_path: Path) -> None:
+    channel = TestChannel("t")
+    async with broker_with(tmp_path / "db.sqlite3", channel) as broker:
+        channel.hub = broker
+        request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Deploy?"))
+        invalid = await channel.reply(request.id, text="sure")
+        assert isinstance(invalid, Invalid) and "decision" in invalid.reason
+        won = await channel.reply(request.id, responder="alice", decision="approve")
+        assert isinstance(won, Answered) and won.request.approved is True
+        assert won.words == "Recorded: approved."
+        late = await channel.reply(request.id, responder="bob", decision="deny")
+        assert isinstance(late, Late)
+        assert late.words == "Not recorded: already answered by alice via t."
+        unknown = await channel.reply("0" * 16, decision="approve")
+        assert isinstance(unknown, Unknown)
+        await channel.ignore(request.id, "eve", "not allowed", message_id="m1")
+        [row] = [a for a in await broker.store.audit(request.id) if a.event == "reply_ignored"]
+        assert (row.actor, row.data) == ("eve", {"channel": "t", "reason": "not allowed", "message_id": "m1"})
+
+
+async def test_channel_state_is_namespaced_and_pruned_once_settled(tmp_path: Path) -> None:
+    a, b = TestChannel("a"), TestChannel("b")
+    async with broker_with(tmp_path / "db.sqlite3", a, b) as broker:
+        a.hub = b.hub = broker
+        settled, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Which?"))
+        pending, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="And?"))
+        for rid in (settled.id, pending.id):
+            await a.state.save(f"send:{rid}", {"code": "1234"})
+        await a.state.set("poll_mark", "42")
+        assert await b.state.get("poll_mark") is None  # each channel its own namespace
+        assert (await a.state.seen("msg-1"), await a.state.seen("msg-1"), await b.state.seen("msg-1")) == (
+            False,
+            True,
+            False,
+        )
+        await broker.resolve(settled.id, Reply(channel="a", responder="alice", text="this"))
+        assert await broker.store.prune(now() - 3600) == 0  # settled just now: kept
+        assert await broker.store.prune(now() + 1) == 3  # the settled request's key, two seen ids
+        assert await a.state.load(f"send:{settled.id}") == {}
+        assert await a.state.load(f"send:{pending.id}") == {"code": "1234"}
+        assert await a.state.get("poll_mark") == "42"
+        assert await a.state.seen("msg-1") is False  # forgotten

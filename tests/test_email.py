@@ -20,8 +20,8 @@ from hitl_mcp.broker import AskSpec, Broker, UnknownChannel
 from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.channels.email import Channel as EmailChannel
 from hitl_mcp.channels.email import Config as EmailConfig
+from hitl_mcp.channels.email.replies import Unreadable, auto_reply_reason, read_answer
 from hitl_mcp.config import Config, ConfigError, load_config, parse_config
-from hitl_mcp.mailreply import Unreadable, auto_reply_reason, read_answer
 from hitl_mcp.models import Kind, Status, now
 from tests.conftest import PYTHON, ROOT, TOKEN, api_client, free_port, running, server_env
 from tests.mail_servers import (

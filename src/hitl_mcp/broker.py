@@ -18,10 +18,23 @@ from typing import Any
 import anyio
 
 from hitl_mcp.channels.base import Channel, Delivery, ResolveResult
+from hitl_mcp.errors import BrokerError, NotFound, ReplyInvalid, UnknownChannel
 from hitl_mcp.loops import forever, reason
 from hitl_mcp.models import Kind, NotifyResult, Reply, Request, Status, canonical_json, now, payload_sha256
 from hitl_mcp.outbox import Outbox
 from hitl_mcp.store.base import KeyConflict, Store
+from hitl_mcp.wording import already
+
+__all__ = [
+    "AskSpec",
+    "Broker",
+    "BrokerError",
+    "Defaults",
+    "NotFound",
+    "ReplyInvalid",
+    "UnknownChannel",
+    "check_reply",
+]
 
 log = logging.getLogger("hitl_mcp.broker")
 
@@ -29,24 +42,12 @@ POLL_SECONDS = 0.5
 MAINTAIN_SECONDS = 2.0
 WAKING_EVENTS = ("answered", "expired", "cancelled", "delivery_failed")
 NOTIFY_TIMEOUT = 15.0
+#: channel state about a settled request, and inbound ids, are kept this long (past any provider's
+#: redelivery window), then pruned once every PRUNE_EVERY seconds
+KEEP_STATE_SECONDS = 30 * 86400.0
+PRUNE_EVERY = 3600.0
 #: a waiter whose request is due but could not be expired looks again this soon
 EXPIRY_RETRY_SECONDS = 1.0
-
-
-class BrokerError(Exception):
-    """A request the broker refuses; the message says why and what would be valid."""
-
-
-class UnknownChannel(BrokerError):
-    pass
-
-
-class NotFound(BrokerError):
-    pass
-
-
-class ReplyInvalid(BrokerError):
-    """The reply does not fit the request (a choice not offered, a decision on a question...)."""
 
 
 @dataclass
@@ -104,6 +105,7 @@ class Broker:
         self._waiters_present = anyio.Event()
         self._listeners: set[Callable[[str, str], None]] = set()
         self._last_seq = 0
+        self._pruned_at = 0.0
 
     # --- background work -------------------------------------------------------------------
 
@@ -131,6 +133,9 @@ class Broker:
     async def _maintain_round(self) -> None:
         await anyio.sleep(MAINTAIN_SECONDS)
         await self.store.maintain()
+        if now() - self._pruned_at >= PRUNE_EVERY:
+            self._pruned_at = now()
+            await self.store.prune(self._pruned_at - KEEP_STATE_SECONDS)
 
     async def _watch_round(self) -> None:
         """Wake waiters (and listeners) for changes written by any process."""
@@ -361,7 +366,7 @@ class Broker:
             raise NotFound(f"no request with id {request_id!r}")
         if settled.won or settled.request.status != request.status:
             self._settled(settled.request)
-        reason = "" if settled.won else _already(settled.request)
+        reason = "" if settled.won else already(settled.request)
         return ResolveResult(settled.won, settled.request, reason)
 
     async def cancel(self, request_id: str, reason: str | None, actor: str) -> Request:
@@ -398,14 +403,6 @@ class Broker:
         self._publish(request.id, request.status.value)
         if any(name not in self.store.silent_channels for name in request.channels):
             self.outbox.kick()  # a retraction may be queued
-
-
-def _already(request: Request) -> str:
-    if request.status == Status.ANSWERED:
-        return f"already answered by {request.responder} via {request.channel}"
-    if request.status == Status.NOTIFIED:
-        return "a notification takes no reply"
-    return f"already {request.status.value}"
 
 
 def check_reply(request: Request, reply: Reply) -> dict[str, Any]:

@@ -20,7 +20,6 @@ YAML handling, in short:
 from __future__ import annotations
 
 import copy
-import math
 import os
 import re
 import types
@@ -53,6 +52,7 @@ from hitl_mcp.channels import channel_module, channel_types
 from hitl_mcp.channels import elicitation as elicitation_channel
 from hitl_mcp.channels import web as web_channel
 from hitl_mcp.channels.base import ChannelConfig
+from hitl_mcp.durations import DAY, HOUR, bounded, parse_duration
 
 __all__ = [
     "MAX_BYTES",
@@ -81,10 +81,6 @@ MAX_BYTES = 1024 * 1024
 MAX_NODES = 100_000
 #: the deepest nesting a config may have
 MAX_DEPTH = 64
-
-MINUTE = 60.0
-HOUR = 3600.0
-DAY = 86400.0
 
 KeyPath = tuple[str | int, ...]
 
@@ -166,84 +162,6 @@ def _describe(value: Any, sensitive: bool) -> str:
     return f"a {type(value).__name__}"
 
 
-# ------------------------------------------------------------------------------------------ durations
-
-_DURATION_HELP = "expected a duration such as 90s, 10m, 24h or a number of seconds"
-_UNITS = {"d": DAY, "h": HOUR, "m": MINUTE, "s": 1.0}
-_DURATION_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([dhms])")
-_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
-
-
-def _duration_or_none(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        if _NUMBER.fullmatch(text):
-            seconds = float(text)
-        else:
-            seconds, pos, last_rank = 0.0, 0, -1
-            order = "dhms"
-            while pos < len(text):
-                m = _DURATION_PART.match(text, pos)
-                if m is None:
-                    return None
-                rank = order.index(m.group(2))
-                if rank <= last_rank:  # units largest first, each once: 1h30m, not 30m1h
-                    return None
-                seconds += float(m.group(1)) * _UNITS[m.group(2)]
-                pos, last_rank = m.end(), rank
-            if last_rank < 0:
-                return None
-    else:
-        return None
-    return seconds if math.isfinite(seconds) else None
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from a duration: a number of seconds, or text like ``"90s"``, ``"10m"``, ``"1h30m"``, ``"2d"``.
-
-    Raises ``ValueError`` ("expected a duration such as 90s, 10m, 24h or a number of seconds, got 'soon'").
-    """
-    seconds = _duration_or_none(value)
-    if seconds is None:
-        raise ValueError(f"{_DURATION_HELP}, got {_describe(value, sensitive=False)}")
-    return seconds
-
-
-def _format_duration(seconds: float) -> str:
-    """The short form of a duration: ``90`` -> ``"1m30s"``, ``86400`` -> ``"1d"``, ``0.5`` -> ``"0.5s"``."""
-    if seconds < 1 or seconds != int(seconds):
-        return f"{seconds:g}s"
-    rest = int(seconds)
-    out = ""
-    for unit, size in _UNITS.items():
-        count, rest = divmod(rest, int(size))
-        if count:
-            out += f"{count}{unit}"
-    return out or "0s"
-
-
-def _duration(low: float, high: float) -> Any:
-    """A float field that takes a duration and must lie within [low, high] seconds."""
-
-    def validate(value: Any) -> float:
-        seconds = _duration_or_none(value)
-        if seconds is None:
-            raise PydanticCustomError("duration", _DURATION_HELP)
-        if not low <= seconds <= high:
-            raise PydanticCustomError(
-                "duration_range",
-                "must be between {low} and {high}",
-                {"low": _format_duration(low), "high": _format_duration(high)},
-            )
-        return seconds
-
-    return Annotated[float, BeforeValidator(validate)]
-
-
 # --------------------------------------------------------------------------------------------- models
 
 
@@ -282,7 +200,7 @@ class HttpConfig(_Section):
         1024 * 1024
     )
     """Request bodies larger than this are refused with 413 before anything reads them."""
-    header_timeout: _duration(1, 300) = 10.0  # type: ignore[valid-type]
+    header_timeout: Annotated[float, bounded(1, 300)] = 10.0
     """A connection that has not sent its request line and headers within this is closed."""
 
 
@@ -393,7 +311,7 @@ ChannelList = Annotated[list[str], Field(min_length=1)]
 
 class ToolDefaults(_Section):
     channels: ChannelList = Field(default_factory=lambda: ["web"])
-    timeout: _duration(1, 30 * DAY) = DAY  # type: ignore[valid-type]
+    timeout: Annotated[float, bounded(1, 30 * DAY)] = DAY
     """How long the request stays answerable, in seconds."""
 
 
@@ -402,8 +320,8 @@ class NotifyDefaults(_Section):
 
 
 class Defaults(_Section):
-    heartbeat_seconds: _duration(1, 300) = 10.0  # type: ignore[valid-type]
-    max_block_seconds: _duration(1, DAY) | None = None  # type: ignore[valid-type]
+    heartbeat_seconds: Annotated[float, bounded(1, 300)] = 10.0
+    max_block_seconds: Annotated[float, bounded(1, DAY)] | None = None
     ask_user: ToolDefaults = Field(default_factory=lambda: ToolDefaults(channels=["web"], timeout=DAY))
     request_approval: ToolDefaults = Field(
         default_factory=lambda: ToolDefaults(channels=["web"], timeout=HOUR)
@@ -422,7 +340,7 @@ class Defaults(_Section):
 
 
 class HostOverride(_Section):
-    budget_seconds: _duration(1, DAY)  # type: ignore[valid-type]
+    budget_seconds: Annotated[float, bounded(1, DAY)]
     """How long one tool call may block for this host before returning ``pending``."""
 
 

@@ -15,6 +15,7 @@ import anyio
 from hitl_mcp.channels.base import Channel, Delivery, DeliveryError
 from hitl_mcp.loops import forever, reason
 from hitl_mcp.models import now
+from hitl_mcp.retry import RetryPolicy
 from hitl_mcp.store.base import DeliveryRow, Store
 
 log = logging.getLogger("hitl_mcp.outbox")
@@ -25,8 +26,10 @@ MAX_ATTEMPTS = 8
 POLL_SECONDS = 0.5
 
 
-def backoff(attempts: int) -> float:
-    return float(min(2 ** (attempts - 1), 300))
+#: 1s, 2s, 4s ... at most 5 minutes apart, 8 attempts in all; a provider's ``retry_after`` wins
+DELIVERY_RETRY = RetryPolicy(
+    initial_interval=1.0, backoff_coefficient=2.0, maximum_interval=300.0, maximum_attempts=MAX_ATTEMPTS
+)
 
 
 class Outbox:
@@ -113,7 +116,7 @@ class Outbox:
             log.warning("%s to %s failed for good: %s", row.action, row.channel, error)
             await self.store.finish_delivery(row.id, status="failed", error=error)
             return
-        delay = retry_after if retry_after is not None else backoff(row.attempts)
+        delay = retry_after if retry_after is not None else DELIVERY_RETRY.delay(row.attempts)
         log.info(
             "%s to %s failed (attempt %d), retrying in %.0fs: %s",
             row.action,

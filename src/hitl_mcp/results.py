@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from hitl_mcp.durations import format_duration
 from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, Status, iso, now
+from hitl_mcp.wording import verdict
+
+__all__ = ["describe", "describe_notification", "format_duration", "to_outcome"]
 
 
 def to_outcome(
@@ -83,8 +87,7 @@ def describe(outcome: Outcome, request: Request) -> str:
             f"waited {format_duration(outcome.waited_seconds)} in this call.{left}"
         )
     elif outcome.status == Status.ANSWERED and request.kind == Kind.APPROVAL:
-        verb = "Approved" if outcome.approved else "Denied"
-        head = f"{verb}{who}{via}.{comment}"
+        head = f"{verdict(outcome.approved).capitalize()}{who}{via}.{comment}"
         if outcome.approved and outcome.payload_sha256:
             head += f" Payload SHA-256: {outcome.payload_sha256}."
     elif outcome.status == Status.ANSWERED:
@@ -105,16 +108,3 @@ def describe_notification(result: NotifyResult) -> str:
     sent = f"Delivered via {', '.join(result.delivered)}." if result.delivered else "Not delivered anywhere."
     failed = "; ".join(f"{f['channel']}: {f['error']}" for f in result.failed)
     return sent + (f" Failed: {failed}." if failed else "")
-
-
-def format_duration(seconds: float) -> str:
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, secs = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes:02d}m"
-    return f"{hours // 24}d{hours % 24:02d}h"

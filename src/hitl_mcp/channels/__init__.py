@@ -11,17 +11,22 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-_PRIVATE = {"base"}
+#: modules of the kit, not channels: ``base`` and ``testing``, and anything private (``_replies``)
+_PRIVATE = {"base", "testing"}
+
+
+def _is_channel(name: str) -> bool:
+    return name not in _PRIVATE and not name.startswith("_")
 
 
 def channel_types() -> list[str]:
     """Every channel type this installation has."""
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in _PRIVATE)
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if _is_channel(m.name))
 
 
 def channel_module(type_name: str) -> ModuleType:
     """The module for a channel type; ``KeyError`` naming the valid ones when there is none."""
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", type_name) or type_name in _PRIVATE:
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", type_name) or not _is_channel(type_name):
         raise KeyError(type_name)
     if type_name not in channel_types():
         raise KeyError(type_name)

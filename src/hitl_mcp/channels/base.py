@@ -7,19 +7,50 @@ A channel module (``hitl_mcp.channels.<type>``) exports two names:
 - ``Channel``: a subclass of :class:`Channel` below, built as ``Channel(name, config, hub)``.
 
 Sending goes through ``deliver`` (and ``retract`` once the request is settled). Inbound replies are
-parsed and verified inside the channel, then handed to ``hub.resolve``: the broker is the only writer
-of a request's outcome. Channels never import each other and never touch the store.
+parsed and verified inside the channel, then handed to :meth:`Channel.answer`, which resolves them
+through the hub (the broker is the only writer of a request's outcome) and returns what happened:
+:class:`Answered`, :class:`Late`, :class:`Invalid` or :class:`Unknown`, each with the words to tell
+the person. A reply that is not let through is recorded once by :meth:`Channel.ignore`. Channels never
+import each other and never touch the store: they keep what they must remember in ``self.state``.
+
+The rest of the kit: :func:`allowed` (allow-lists that fail closed), ``channels._replies`` (the yes/no
+words of text channels), ``channels._retry`` (``RetryPolicy``, ``retry_after``), ``hitl_mcp.wording``
+and ``hitl_mcp.durations``; ``channels.testing`` has a channel for tests. See docs/channels.md.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from hitl_mcp.errors import NotFound, ReplyInvalid
 from hitl_mcp.models import Reply, Request
+
+__all__ = [
+    "Answered",
+    "Channel",
+    "ChannelConfig",
+    "Delivery",
+    "DeliveryError",
+    "Hub",
+    "Invalid",
+    "Late",
+    "NotFound",
+    "Outcome",
+    "ReplyInvalid",
+    "ResolveResult",
+    "State",
+    "Unknown",
+    "allowed",
+]
+
+log = logging.getLogger("hitl_mcp.channels")
 
 if TYPE_CHECKING:  # config validation imports channel modules: keep them light
     from starlette.routing import BaseRoute
@@ -69,7 +100,8 @@ class Hub(Protocol):
     state_dir: Path
 
     async def resolve(self, request_id: str, reply: Reply) -> ResolveResult:
-        """Hand over a verified reply; raises ``ReplyInvalid`` (from hitl_mcp.broker) if it does not fit."""
+        """Hand over a verified reply; raises ``ReplyInvalid`` if it does not fit, ``NotFound`` for an
+        unknown id (both from :mod:`hitl_mcp.errors`). Channels call :meth:`Channel.answer` instead."""
         ...
 
     async def get(self, request_id: str) -> Request | None: ...
@@ -99,6 +131,100 @@ class Hub(Protocol):
         ...
 
 
+# ------------------------------------------------------------------------------ what a reply did
+
+
+@dataclass(frozen=True)
+class Answered:
+    """The reply won: it is the request's outcome."""
+
+    request: Request
+
+    @property
+    def words(self) -> str:
+        from hitl_mcp.wording import answered_what
+
+        return f"Recorded: {answered_what(self.request)}."
+
+
+@dataclass(frozen=True)
+class Late:
+    """The request was settled before this reply (``reason``: "already answered by X via Y")."""
+
+    request: Request
+    reason: str
+
+    @property
+    def words(self) -> str:
+        return f"Not recorded: {self.reason}."
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """The reply does not fit the request (``reason`` says why: a choice not offered...)."""
+
+    request_id: str
+    reason: str
+
+    @property
+    def words(self) -> str:
+        return f"Not recorded: {self.reason}."
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """No such request."""
+
+    request_id: str
+
+    @property
+    def words(self) -> str:
+        return "Not recorded: hitl-mcp does not know this request."
+
+
+Outcome = Answered | Late | Invalid | Unknown
+
+
+def allowed(who: str | None, answerers: Collection[str] | None) -> bool:
+    """Whether ``who`` may answer: only when named in ``answerers``. An unset or empty list, or an
+    unknown sender, lets nobody in (allow-lists fail closed)."""
+    return bool(who and answerers and who in answerers)
+
+
+# ------------------------------------------------------------------------------ a channel's state
+
+
+class State:
+    """A channel's own durable state, namespaced by its name (Apprise's ``self.store``): poll marks,
+    cursors, codes, and the inbound ids it has seen. Pruned once the requests it is about are long
+    settled (keys that end in ``:<request id>``; see ``Store.prune``)."""
+
+    def __init__(self, hub: Hub, channel: str) -> None:
+        self._hub = hub
+        self._channel = channel
+
+    async def get(self, key: str) -> str | None:
+        return await self._hub.state_get(self._channel, key)
+
+    async def set(self, key: str, value: str) -> None:
+        await self._hub.state_set(self._channel, key, value)
+
+    async def load(self, key: str, default: Any = None) -> Any:
+        """A JSON value; ``default`` (else ``{}``) when there is none."""
+        raw = await self.get(key)
+        if not raw:
+            return {} if default is None else default
+        return json.loads(raw)
+
+    async def save(self, key: str, value: Any) -> None:
+        await self.set(key, json.dumps(value))
+
+    async def seen(self, external_id: str) -> bool:
+        """Whether this inbound id (a message id, a retry of a webhook) was seen before; the first
+        call for an id says False, every later one True."""
+        return not await self._hub.first_seen(self._channel, external_id)
+
+
 class Channel:
     """Base class: override ``deliver``; the rest is optional."""
 
@@ -122,6 +248,48 @@ class Channel:
         self.name = name
         self.config = config
         self.hub = hub
+        self.log = logging.getLogger(f"hitl_mcp.channels.{self.type or name}")
+
+    # --- the kit -------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        """This channel's durable state: ``await self.state.get(key)``, ``self.state.seen(id)``."""
+        return State(self.hub, self.name)
+
+    @property
+    def public_url(self) -> str | None:
+        """The server's public address, or None (also when built without a hub, for ``check``)."""
+        return getattr(self.hub, "public_url", None)
+
+    async def open_requests(self) -> list[tuple[Request, Delivery]]:
+        """Pending requests delivered here, oldest first, with what ``deliver`` returned."""
+        return await self.hub.open_requests(self.name)
+
+    async def find_by_ref(self, ref: str) -> Request | None:
+        """The request delivered here under a provider reference (any status)."""
+        return await self.hub.find_by_ref(self.name, ref)
+
+    async def answer(self, request_id: str, reply: Reply) -> Outcome:
+        """Resolve a verified reply through the hub and say what it did; never raises for a reply
+        that does not fit or a request that does not exist."""
+        try:
+            result = await self.hub.resolve(request_id, reply)
+        except ReplyInvalid as exc:
+            return Invalid(request_id, str(exc))
+        except NotFound:
+            return Unknown(request_id)
+        return Answered(result.request) if result.won else Late(result.request, result.reason)
+
+    async def ignore(self, request_id: str | None, actor: str | None, reason: str, **data: Any) -> None:
+        """A reply not let through (a sender not allowed, a request closed, words not understood):
+        one ``reply_ignored`` audit row, and a log line."""
+        self.log.info("%s: ignored a reply from %s: %s", self.name, actor, reason)
+        await self.hub.record(
+            request_id, "reply_ignored", actor, {"channel": self.name, "reason": reason, **data}
+        )
+
+    # --- the protocol --------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Open sockets or start pollers. Called once, before any delivery."""

@@ -47,7 +47,7 @@ class Form:
     schema: dict[str, Any]
 
 
-class Channel(BaseChannel):
+class ElicitationChannel(BaseChannel):
     type = "elicitation"
 
     async def check(self) -> str:
@@ -153,3 +153,7 @@ def _text(value: Any) -> str | None:
         return None
     text = str(value).strip()
     return text or None
+
+
+#: the name the channel loader looks for
+Channel = ElicitationChannel

@@ -12,6 +12,7 @@ from pydantic import SecretStr, field_validator
 
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.base import ChannelConfig, Delivery
+from hitl_mcp.durations import parse_duration
 from hitl_mcp.models import Request
 
 
@@ -25,16 +26,18 @@ class Config(ChannelConfig):
     @field_validator("session_ttl", mode="before")
     @classmethod
     def _ttl(cls, value: Any) -> float:
-        from hitl_mcp.config import parse_duration  # the config module imports this one
-
         seconds = parse_duration(value)
         if not 60 <= seconds <= 30 * 86400:
             raise ValueError("must be between 1m and 30d")
         return seconds
 
 
-class Channel(BaseChannel):
+class WebChannel(BaseChannel):
     type = "web"
 
     async def deliver(self, request: Request) -> Delivery:
         return Delivery(ref=f"/api/requests/{request.id}")
+
+
+#: the name the channel loader looks for
+Channel = WebChannel

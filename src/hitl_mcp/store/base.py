@@ -153,6 +153,11 @@ class Store(Protocol):
         """Remember an inbound id (a provider's message or event id); false if it was seen before."""
         ...
 
+    async def prune(self, before: float) -> int:
+        """Forget channel state about requests settled before ``before``, and inbound ids first seen
+        before it; how many entries went."""
+        ...
+
     async def replies(self, request_id: str) -> list[ReplyRow]: ...
 
     async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:

@@ -783,6 +783,22 @@ class SqliteStore:
 
         return await self._run(work)
 
+    async def prune(self, before: float) -> int:
+        """Forget channel state about requests settled before ``before`` (keys ending in
+        ``:<request id>``: ``send:<id>``, ``sent:<id>``...) and inbound ids seen before it."""
+
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                state = db.execute(
+                    "DELETE FROM channel_state WHERE substr(key, -17, 1) = ':' AND substr(key, -16) IN"
+                    " (SELECT id FROM requests WHERE status != 'pending' AND closed_at < ?)",
+                    (before,),
+                ).rowcount
+                seen = db.execute("DELETE FROM seen WHERE at < ?", (before,)).rowcount
+                return state + seen
+
+        return await self._run(work)
+
     # --- inbox sessions ----------------------------------------------------------------------
 
     async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from hitl_mcp.models import Kind, Request, Status
+from hitl_mcp.wording import by_via, verdict
 
 HISTORY_STATUSES = (Status.ANSWERED, Status.EXPIRED, Status.CANCELLED)
 HISTORY_KINDS = (Kind.QUESTION, Kind.APPROVAL)
@@ -145,14 +146,13 @@ def agent_groups(requests: Iterable[Request]) -> list[AgentGroup]:
 
 def outcome_line(request: Request) -> str:
     """The outcome in a few words, e.g. 'Approved by web inbox user via web'."""
-    by = f" by {request.responder}" if request.responder else ""
-    via = f" via {request.channel}" if request.channel else ""
+    by_and_via = by_via(request.responder, request.channel)
     if request.status == Status.PENDING:
         return "Waiting for an answer"
     if request.status == Status.ANSWERED:
         if request.kind == Kind.APPROVAL:
-            return f"{'Approved' if request.approved else 'Denied'}{by}{via}"
-        return f"Answered{by}{via}"
+            return f"{verdict(request.approved).capitalize()}{by_and_via}"
+        return f"Answered{by_and_via}"
     if request.status == Status.EXPIRED:
         if request.kind == Kind.APPROVAL:
             return "Expired with no answer: not approved"

@@ -5,8 +5,9 @@ Three steps, each a function:
 - :func:`auto_reply_reason`: out-of-office notes, bounces and list mail are never answers;
 - :func:`reply_text`: the new text of a reply, without the quoted history (Gmail's "On ... wrote:",
   Outlook's "From: / Sent:" block, Apple Mail's "> " quoting) and without the signature;
-- :func:`read_answer`: the first line decides. APPROVE or YES approves, DENY or NO denies; a choice is
-  picked by its number or its word; anything else is free text (where the question takes it).
+- :func:`read_answer`: the first line decides, in the words every text channel shares
+  (``channels._replies``: APPROVE, YES or OK approves, DENY, NO or REJECTED denies); a choice is picked
+  by its number or its word; anything else is free text (where the question takes it).
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from email.message import EmailMessage, Message
 from html.parser import HTMLParser
 from typing import Literal
 
-APPROVE_WORDS = ("approve", "approved", "yes")
-DENY_WORDS = ("deny", "denied", "no", "reject", "rejected")
+from hitl_mcp.channels._replies import choice_by_number, decision_of, decision_pattern
 
 _AUTO_HEADERS = ("X-Autoreply", "X-Autorespond", "X-Autoresponder", "X-Auto-Reply")
 _BULK_PRECEDENCE = {"bulk", "junk", "list", "auto_reply"}
@@ -176,17 +176,17 @@ def read_answer(
     if not first:
         raise Unreadable("the reply is empty")
     if approval:
-        words = "|".join(APPROVE_WORDS + DENY_WORDS)
-        m = re.match(rf"^[*_\s]*({words})\b[*_]*{_SEPARATOR}(.*)$", first, re.IGNORECASE)
-        if m is None:
+        m = re.match(rf"^[*_\s]*{decision_pattern()}[*_]*{_SEPARATOR}(.*)$", first, re.IGNORECASE)
+        decision = decision_of(m.group(1)) if m is not None else None
+        if m is None or decision is None:
             raise Unreadable("the first line should be APPROVE or DENY (or YES or NO)")
-        decision: Literal["approve", "deny"] = "approve" if m.group(1).lower() in APPROVE_WORDS else "deny"
         return Answer(decision=decision, comment=_join(m.group(2), rest))
     options = choices or []
     if options:
         m = re.match(rf"^#?(\d+)(?:[.)]|{_SEPARATOR}$|\s+)(.*)$", first)
-        if m is not None and 1 <= int(m.group(1)) <= len(options):
-            return Answer(choice=options[int(m.group(1)) - 1], comment=_join(m.group(2), rest))
+        chosen = choice_by_number(m.group(1), options) if m is not None else None
+        if m is not None and chosen is not None:
+            return Answer(choice=chosen, comment=_join(m.group(2), rest))
         bare = first.rstrip(".!").strip()
         for option in options:
             if bare.casefold() == option.casefold():

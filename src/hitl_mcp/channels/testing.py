@@ -1,0 +1,55 @@
+"""A channel for tests, shipped with the kit (like httpx's ``MockTransport``): it goes through the
+real :class:`~hitl_mcp.channels.base.Channel` interface, so a test drives the broker, the outbox and
+the kit's answer path exactly as a provider channel would.
+
+- ``deliver`` and ``retract`` record the calls (``sent``, ``retracted``), and can be made to fail;
+- ``reply(...)`` is its inbound: a person's verified reply, through :meth:`Channel.answer`;
+- ``changed`` is an event set after every call, to wait on.
+
+It is not a channel type: discovery skips this module, and a config cannot name it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery, DeliveryError, Hub, Outcome
+from hitl_mcp.models import Reply, Request, Status
+
+
+class TestChannel(Channel):
+    """Records what it is sent; fails its first ``failures`` sends (``permanent`` ones, if asked)."""
+
+    __test__ = False  # not a pytest test class
+    type = "testing"
+
+    def __init__(self, name: str, failures: int = 0, permanent: bool = False, hub: Hub | None = None) -> None:
+        super().__init__(name, ChannelConfig(type="testing"), hub)  # type: ignore[arg-type]
+        self.failures = failures
+        self.permanent = permanent
+        self.sent: list[str] = []
+        self.retracted: list[tuple[str, Status, str | None]] = []
+        self.changed = anyio.Event()
+
+    def _changed(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+    async def deliver(self, request: Request) -> Delivery:
+        if self.failures > 0:
+            self.failures -= 1
+            self._changed()
+            raise DeliveryError("provider said 429", retry_after=0.01, permanent=self.permanent)
+        self.sent.append(request.id)
+        self._changed()
+        return Delivery(ref=f"msg-{len(self.sent)}")
+
+    async def retract(self, request: Request, delivery: Delivery) -> None:
+        self.retracted.append((request.id, request.status, delivery.ref))
+        self._changed()
+
+    async def reply(self, request_id: str, responder: str = "tester", **fields: Any) -> Outcome:
+        """A person answers here: ``await channel.reply(rid, decision="approve")``."""
+        return await self.answer(request_id, Reply(channel=self.name, responder=responder, **fields))

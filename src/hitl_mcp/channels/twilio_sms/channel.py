@@ -1,0 +1,517 @@
+"""SMS through Twilio: the channel (sending once, reply codes, inbound texts, opt-outs)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import anyio
+from starlette.background import BackgroundTask
+from starlette.requests import Request as HttpRequest
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from hitl_mcp.channels._replies import PUNCTUATION as _PUNCTUATION
+from hitl_mcp.channels.base import (
+    Answered,
+    ChannelConfig,
+    Delivery,
+    DeliveryError,
+    Hub,
+    Invalid,
+    Late,
+    Unknown,
+)
+from hitl_mcp.channels.base import Channel as BaseChannel
+from hitl_mcp.models import Kind, Request, Status
+
+if TYPE_CHECKING:
+    from twilio.rest import Client
+
+from hitl_mcp.channels.twilio_sms.config import (
+    _CODE,
+    EMPTY_TWIML,
+    HELP_WORDS,
+    POLL_OVERLAP,
+    RECENT_CODES,
+    REPLY_RETRY,
+    START_WORDS,
+    STOP_WORDS,
+    TWILIO_API,
+    Config,
+    _phone,
+    log,
+)
+from hitl_mcp.channels.twilio_sms.text import (
+    _help,
+    _parse,
+    _retract_text,
+    _settled_text,
+    _what,
+    compose,
+    instructions,
+    segments,
+)
+from hitl_mcp.channels.twilio_sms.transport import _Failure, _failure, _MultiParams, _transport_class
+
+# ------------------------------------------------------------------------------------------ channel
+
+
+@dataclass
+class _Sent:
+    """How one batch of sends went, per number."""
+
+    sids: dict[str, str]
+    failed: dict[str, str]
+    #: a failure that left the text unsent (a 429, no connection): worth another attempt
+    retry: _Failure | None = None
+
+
+class TwilioSmsChannel(BaseChannel):
+    type = "twilio_sms"
+    webhook_alias: ClassVar[str | None] = "twilio"
+    extra: ClassVar[str | None] = "sms"
+    #: seconds one API call may take; after a send times out its outcome is unknown
+    http_timeout: float = 10.0
+
+    config: Config
+
+    def __init__(self, name: str, config: ChannelConfig, hub: Hub) -> None:
+        super().__init__(name, config, hub)
+        assert isinstance(config, Config)
+        self._client: Client | None = None
+        self._poller: asyncio.Task[None] | None = None
+        self._code_lock = anyio.Lock()
+        #: where a new code comes from; the allocator skips codes in use
+        self.next_code: Callable[[], str] = lambda: str(1000 + secrets.randbelow(9000))
+
+    @classmethod
+    def libraries(cls, config: Any) -> tuple[str, ...]:
+        return ("twilio", "aiohttp")
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    @property
+    def polling(self) -> bool:
+        mode = self.config.mode
+        if mode == "auto":
+            return not self.hub.public_url
+        if mode == "webhook" and not self.hub.public_url:
+            return True  # warned about in start()
+        return mode == "poll"
+
+    async def start(self) -> None:
+        self._client = self._new_client()
+        if self.config.mode == "webhook" and not self.hub.public_url:
+            log.warning(
+                "%s: mode 'webhook' needs server.public_url (the address Twilio can reach); polling instead",
+                self.name,
+            )
+        if self.polling:
+            self._poller = asyncio.get_running_loop().create_task(self._poll_forever())
+
+    async def close(self) -> None:
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+        client, self._client = self._client, None
+        if client is not None:
+            with anyio.CancelScope(shield=True):
+                await client.http_client.close()
+
+    def _new_client(self) -> Client:
+        from twilio.rest import Client
+
+        sid = self.config.account_sid
+        transport = _transport_class()(self.config.api_base_url, self.http_timeout)
+        client = Client(sid, self.config.auth_token.get_secret_value(), sid, http_client=transport)
+        if self.config.api_base_url != TWILIO_API:
+            client.edge = client.region = None  # $TWILIO_EDGE would send it elsewhere
+        return client
+
+    @contextlib.asynccontextmanager
+    async def _twilio(self) -> AsyncIterator[Client]:
+        """The started channel's client, or one for this call only (``check``, ``test-channel``)."""
+        if self._client is not None:
+            yield self._client
+            return
+        client = self._new_client()
+        try:
+            yield client
+        finally:
+            with anyio.CancelScope(shield=True):
+                await client.http_client.close()
+
+    async def check(self) -> str:
+        async with self._twilio() as client:
+            try:
+                account = await client.api.v2010.accounts(self.config.account_sid).fetch_async()
+            except Exception as exc:
+                raise DeliveryError(_failure(exc).message) from None
+        if account.status not in (None, "active"):
+            raise DeliveryError(f"the Twilio account is {account.status}")
+        sender = self.config.from_ or self.config.messaging_service_sid
+        return (
+            f"ok: Twilio account {account.friendly_name or self.config.account_sid} ({account.status}); "
+            f"texts from {sender} to {len(self.config.to)} number(s)"
+        )
+
+    # --- sending ----------------------------------------------------------------------------
+
+    async def deliver(self, request: Request) -> Delivery:
+        key = f"send:{request.id}"
+        state = await self._load(key)
+        code: str | None = None
+        if request.kind != Kind.NOTIFICATION:
+            code = state.get("code") or await self._allocate_code(request.id)
+            state["code"] = code
+            await self._save(key, state)
+        public_url = self.public_url
+        link = f"{public_url}/requests/{request.id}" if public_url else None
+        body = compose(request, code, link)
+        size = segments(body)
+        sent = await self._send_all(key, state, list(self.config.to), body)
+        if sent.retry is not None:  # the numbers already reached are skipped next time
+            raise DeliveryError(f"{sent.retry.message}; will retry", retry_after=sent.retry.retry_after)
+        if not sent.sids:
+            raise DeliveryError(
+                "; ".join(f"{number} {why}" for number, why in sent.failed.items()), permanent=True
+            )
+        detail: dict[str, Any] = {
+            "to": list(sent.sids),
+            "sids": sent.sids,
+            "segments": size.count,
+            "encoding": size.encoding,
+            "chars": len(body),
+        }
+        if code is not None:
+            detail["code"] = code
+        if sent.failed:
+            detail["failed"] = sent.failed
+        return Delivery(ref=next(iter(sent.sids.values())), detail=detail)
+
+    async def retract(self, request: Request, delivery: Delivery) -> None:
+        if not self.config.notify_on_retract or request.kind == Kind.NOTIFICATION:
+            return
+        code = delivery.detail.get("code")
+        numbers = [str(n) for n in delivery.detail.get("to") or []]
+        if request.channel == self.name:  # whoever answered here already has the confirmation
+            numbers = [n for n in numbers if n != request.responder]
+        numbers = [n for n in numbers if not await self._opted_out(n)]
+        if not code or not numbers:
+            return
+        key = f"retract:{request.id}"
+        sent = await self._send_all(key, await self._load(key), numbers, _retract_text(request, code))
+        if sent.retry is not None:
+            raise DeliveryError(f"{sent.retry.message}; will retry", retry_after=sent.retry.retry_after)
+        if sent.failed and not sent.sids:
+            raise DeliveryError(
+                "; ".join(f"{number} {why}" for number, why in sent.failed.items()), permanent=True
+            )
+
+    async def _send_all(self, key: str, state: dict[str, Any], numbers: list[str], body: str) -> _Sent:
+        """Send ``body`` to each number at most once, ever: each number's progress is stored under
+        ``key`` before and after its POST, so a repeated call (a 429 retry, a lease taken over after
+        a crash) skips the numbers done and does not re-send one whose outcome is unknown."""
+        progress: dict[str, dict[str, str]] = state.setdefault("numbers", {})
+        result = _Sent({}, {})
+        for number in numbers:
+            entry = progress.get(number)
+            if entry is not None and entry["state"] == "sent":
+                result.sids[number] = entry["sid"]
+                continue
+            if entry is not None and entry["state"] == "sending":  # the process stopped mid-send
+                entry = {"state": "unknown", "error": "outcome unknown: an earlier send was cut short"}
+                progress[number] = entry
+                await self._save(key, state)
+            if entry is not None:
+                result.failed[number] = entry["error"]
+                continue
+            if await self._opted_out(number):
+                result.failed[number] = "opted out (STOP)"
+                continue
+            if result.retry is not None:
+                continue  # the rest wait for the retry
+            progress[number] = {"state": "sending"}
+            await self._save(key, state)
+            try:
+                sid = await self._create(number, body)
+            except Exception as exc:
+                failure = _failure(exc)
+                log.warning("%s: text to %s not sent: %s", self.name, number, failure.message)
+                if failure.kind in ("rate", "unreachable"):  # never processed: safe to send again
+                    del progress[number]
+                    result.retry = failure
+                else:
+                    why = failure.message
+                    if failure.kind == "unknown":
+                        why = f"outcome unknown ({why}); not re-sent, to avoid a duplicate text"
+                    progress[number] = {"state": failure.kind, "error": why}
+                    result.failed[number] = why
+                    if failure.code == 21610:
+                        await self._set_opt_out(number, True, "twilio error 21610")
+                await self._save(key, state)
+                continue
+            progress[number] = {"state": "sent", "sid": sid}
+            result.sids[number] = sid
+            await self._save(key, state)
+        return result
+
+    async def _create(self, number: str, body: str) -> str:
+        kwargs: dict[str, Any] = {"to": number, "body": body}
+        if self.config.from_:
+            kwargs["from_"] = self.config.from_
+        if self.config.messaging_service_sid:
+            kwargs["messaging_service_sid"] = self.config.messaging_service_sid
+        async with self._twilio() as client:
+            message = await client.api.v2010.account.messages.create_async(**kwargs)
+        return str(message.sid)
+
+    async def _text(self, number: str, body: str) -> None:
+        """A reply to someone who texted us (a confirmation, a help text): 429s are retried here,
+        briefly; anything else is logged and dropped, never re-sent."""
+        if await self._opted_out(number):
+            return
+        policy = REPLY_RETRY
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self._create(number, body)
+                return
+            except Exception as exc:
+                failure = _failure(exc)
+                if failure.kind != "rate" or not policy.retries(attempt):
+                    log.warning("%s: reply to %s not sent: %s", self.name, number, failure.message)
+                    return
+                wait = failure.retry_after if failure.retry_after is not None else policy.delay(attempt)
+                await anyio.sleep(min(wait, policy.maximum_interval))
+
+    # --- codes ------------------------------------------------------------------------------
+
+    async def _allocate_code(self, request_id: str) -> str:
+        """A code no pending request of this channel has, and not one of the last few handed out."""
+        async with self._code_lock:
+            taken = {str(d.detail.get("code")) for _, d in await self.open_requests()}
+            recent: list[str] = json.loads(await self.state.get("recent_codes") or "[]")
+            taken.update(recent)
+            if len(taken) >= 9000:
+                taken = {str(d.detail.get("code")) for _, d in await self.open_requests()}
+            code = None
+            for _ in range(64):
+                candidate = self.next_code()
+                if candidate not in taken:
+                    code = candidate
+                    break
+            if code is None:
+                free = [str(c) for c in range(1000, 10000) if str(c) not in taken]
+                if not free:
+                    raise DeliveryError("no free reply code: 9,000 requests are pending", permanent=True)
+                code = secrets.choice(free)
+            recent = [*recent, code][-RECENT_CODES:]
+            await self.state.set("recent_codes", json.dumps(recent))
+            await self.state.set(f"code:{code}", request_id)
+            return code
+
+    # --- inbound ----------------------------------------------------------------------------
+
+    def routes(self) -> list[BaseRoute]:
+        return [Route("/sms", self._webhook, methods=["POST"])]
+
+    async def _webhook(self, http: HttpRequest) -> Response:
+        from twilio.request_validator import RequestValidator, get_signature_algorithm
+
+        public_url = self.hub.public_url
+        signature = http.headers.get("x-twilio-signature")
+        content_type = http.headers.get("content-type", "").split(";")[0].strip().lower()
+        if not public_url or not signature or content_type != "application/x-www-form-urlencoded":
+            return PlainTextResponse("forbidden", status_code=403)
+        form = await http.form()
+        params: dict[str, list[str]] = {}
+        for name, value in form.multi_items():
+            params.setdefault(name, []).append(str(value))
+        # the URL Twilio called: the configured public base, never the host this request came in on
+        url = public_url + http.url.path + (f"?{http.url.query}" if http.url.query else "")
+        algorithm = get_signature_algorithm(http.headers.get("x-twilio-webhooks-signature-settings"))
+        validator = RequestValidator(self.config.auth_token.get_secret_value())
+        if not validator.validate(url, _MultiParams(params), signature, algorithm):
+            log.warning("%s: refused a webhook with a bad signature (for %s)", self.name, url)
+            return PlainTextResponse("forbidden", status_code=403)
+        sid = form.get("MessageSid") or form.get("SmsMessageSid")
+        number, text = str(form.get("From") or ""), str(form.get("Body") or "")
+        answer = await self.receive(str(sid), number, text) if sid else None
+        task = BackgroundTask(self._text, number, answer) if answer else None
+        return Response(EMPTY_TWIML, media_type="text/xml", background=task)
+
+    async def poll_once(self) -> None:
+        """Fetch the texts sent to our number since the mark and handle the new ones. The mark only
+        moves forward, and is stored after each message."""
+        mark = await self._mark()
+        since = mark - POLL_OVERLAP
+        kwargs: dict[str, Any] = {"date_sent_after": since, "page_size": 100}
+        if self.config.from_:
+            kwargs["to"] = self.config.from_
+        async with self._twilio() as client:
+            messages = await client.api.v2010.account.messages.list_async(**kwargs)
+        inbound = [
+            m
+            for m in messages
+            if str(m.direction or "").startswith("inbound")
+            and m.sid
+            and isinstance(m.date_sent, datetime)
+            and m.date_sent >= since
+        ]
+        for message in sorted(inbound, key=lambda m: m.date_sent):
+            number = str(message.from_ or "")
+            answer = await self.receive(str(message.sid), number, str(message.body or ""))
+            if message.date_sent > mark:
+                mark = message.date_sent
+                await self.state.set("poll_mark", mark.isoformat())
+            if answer is not None:
+                await self._text(number, answer)
+
+    async def _mark(self) -> datetime:
+        stored = await self.state.get("poll_mark")
+        if stored:
+            return datetime.fromisoformat(stored)
+        # first poll: from now, or from the oldest request still open here (replies may be waiting)
+        oldest = [r.created_at for r, _ in await self.open_requests()]
+        start = min([datetime.now(UTC).timestamp(), *oldest])
+        mark = datetime.fromtimestamp(int(start), UTC)
+        await self.state.set("poll_mark", mark.isoformat())
+        return mark
+
+    async def _poll_forever(self) -> None:
+        last_error = None
+        while True:
+            try:
+                await self.poll_once()
+                last_error = None
+            except Exception as exc:
+                message = _failure(exc).message
+                if message != last_error:
+                    log.warning("%s: polling Twilio failed: %s", self.name, message)
+                last_error = message
+            await anyio.sleep(self.config.poll_interval)
+
+    async def receive(self, sid: str, number: str, body: str) -> str | None:
+        """Handle one inbound text (once per MessageSid); returns the text to send back, if any."""
+        if await self.state.seen(sid):
+            return None
+        try:
+            number = _phone(number.strip())
+        except ValueError:
+            pass
+        words = body.split()
+        if number not in self.config.answerers:
+            request_id = await self._request_named(words)
+            await self.ignore(request_id, number, "number not allowed", message_sid=sid)
+            return None
+        keyword = body.strip().strip(_PUNCTUATION).upper()
+        if keyword in STOP_WORDS:
+            await self._set_opt_out(number, True, keyword)
+            return None  # Twilio itself confirms the opt-out; nothing may be sent after STOP
+        if keyword in START_WORDS:
+            await self._set_opt_out(number, False, keyword)
+            return None
+        open_requests = await self.open_requests()
+        mine = [(r, d) for r, d in open_requests if number in (d.detail.get("to") or [])]
+        if not mine and not any(number in (d.detail.get("to") or []) for _, d in open_requests):
+            mine = open_requests  # an allowed answerer who is not a recipient
+        if keyword in HELP_WORDS:
+            return _help(mine)
+        return await self._answer(sid, number, words, open_requests, mine)
+
+    async def _answer(
+        self,
+        sid: str,
+        number: str,
+        words: list[str],
+        open_requests: list[tuple[Request, Delivery]],
+        mine: list[tuple[Request, Delivery]],
+    ) -> str | None:
+        by_code: dict[str, list[Request]] = {}
+        for request, delivery in open_requests:
+            by_code.setdefault(str(delivery.detail.get("code")), []).append(request)
+        clean = [w.strip(_PUNCTUATION) for w in words[:2]]
+        position = next((i for i, w in enumerate(clean) if w in by_code), None)
+        if position is not None:
+            code = clean[position]
+            if len(by_code[code]) > 1:
+                return _help(mine)
+            request = by_code[code][0]
+            rest = words[:position] + words[position + 1 :]
+        else:
+            settled = await self._settled_under(clean)
+            if settled is not None:  # a late reply: never let it answer another request
+                return _settled_text(*settled)
+            if len(mine) != 1:
+                await self._unclear(None, number, sid, "no code" if mine else "nothing pending")
+                return _help(mine)
+            request, delivery = mine[0]
+            code = str(delivery.detail.get("code"))
+            if request.kind == Kind.APPROVAL:  # an approval always needs its code
+                await self._unclear(request.id, number, sid, "approval without its code")
+                return f"Include the code to answer: {instructions(request, code, short=True)}."
+            rest = words
+        reply = _parse(request, rest, self.name, number)
+        if reply is None:
+            await self._unclear(request.id, number, sid, "not understood")
+            return f"Didn't get that. {instructions(request, code, short=True)}"
+        match await self.answer(request.id, reply):
+            case Answered(settled):
+                return f"Got it: {_what(settled)}, {code}"
+            case Late(settled):
+                return _settled_text(settled, code)
+            case Invalid():
+                await self._unclear(request.id, number, sid, "not understood")
+                return f"Didn't get that. {instructions(request, code, short=True)}"
+            case Unknown():
+                return None
+
+    async def _settled_under(self, words: list[str]) -> tuple[Request, str] | None:
+        """A recently handed-out code among the first words, whose request is no longer pending."""
+        recent = set(json.loads(await self.state.get("recent_codes") or "[]"))
+        for word in words:
+            if _CODE.fullmatch(word) and word in recent:
+                request_id = await self.state.get(f"code:{word}")
+                request = await self.hub.get(request_id) if request_id else None
+                if request is not None and request.status != Status.PENDING:
+                    return request, word
+        return None
+
+    async def _request_named(self, words: list[str]) -> str | None:
+        """For the audit log: the pending request whose code a text names, if any."""
+        codes = {w.strip(_PUNCTUATION) for w in words[:2]}
+        for request, delivery in await self.open_requests():
+            if str(delivery.detail.get("code")) in codes:
+                return request.id
+        return None
+
+    async def _unclear(self, request_id: str | None, number: str, sid: str, reason: str) -> None:
+        await self.ignore(request_id, number, reason, message_sid=sid)
+
+    # --- opt-outs and stored state ----------------------------------------------------------
+
+    async def _opted_out(self, number: str) -> bool:
+        return await self.state.get(f"opted_out:{number}") == "1"
+
+    async def _set_opt_out(self, number: str, out: bool, why: str) -> None:
+        await self.state.set(f"opted_out:{number}", "1" if out else "0")
+        event = "opted_out" if out else "opted_in"
+        await self.hub.record(None, event, number, {"channel": self.name, "keyword": why})
+
+    async def _load(self, key: str) -> dict[str, Any]:
+        loaded: dict[str, Any] = await self.state.load(key)
+        return loaded
+
+    async def _save(self, key: str, state: dict[str, Any]) -> None:
+        await self.state.save(key, state)

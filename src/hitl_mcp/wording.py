@@ -1,0 +1,50 @@
+"""The words for an outcome, in one place: every channel, the inbox and the tool results say
+"approved"/"denied", "by X via Y" and "already answered" the same way.
+
+Each surface keeps its own sentence shape (an SMS is terse, Slack has emoji, a page has a clock), but
+builds it from these pieces. Remember DESIGN's rule: an expired approval is never an approval, and an
+expiry is never worded as a refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hitl_mcp.models import Kind, Request, Status
+
+
+def verdict(approved: bool | None) -> str:
+    """``"approved"`` or ``"denied"``: the decision of an answered approval."""
+    return "approved" if approved else "denied"
+
+
+def answered_what(request: Request) -> str:
+    """What an answered request says: the verdict of an approval, else the answer."""
+    if request.kind == Kind.APPROVAL:
+        return verdict(request.approved)
+    return request.answer or request.choice or ""
+
+
+def by_via(responder: str | None, channel: str | None) -> str:
+    """``" by alice via slack"``; each part only when known."""
+    by = f" by {responder}" if responder else ""
+    return by + (f" via {channel}" if channel else "")
+
+
+def already(request: Request) -> str:
+    """Why a reply to a settled request changed nothing: ``already answered by X via Y``."""
+    if request.status == Status.ANSWERED:
+        return f"already answered by {request.responder} via {request.channel}"
+    if request.status == Status.NOTIFIED:
+        return "a notification takes no reply"
+    return f"already {request.status.value}"
+
+
+def expired(request: Request, shown: Callable[[str], str] = str) -> str:
+    """An expiry, never worded as a refusal: ``Expired — no answer, treated as denied``. ``shown``
+    prepares the default answer for the medium (escaping, clipping)."""
+    if request.kind == Kind.APPROVAL:
+        return "Expired — no answer, treated as denied"
+    if request.answer is not None:
+        return f"Expired — no answer; the default applies: “{shown(request.answer)}”"
+    return "Expired — no answer"
