@@ -95,7 +95,7 @@ class Runtime:
         self._failed: BaseException | None = None
         self.wanted = anyio.Event()
         """Set when something first needs the broker: over stdio, the side work starts no later."""
-        web = [name for name, ch in config.channels.items() if ch.type == "web"]
+        web = [name for name, ch in config.channels.items() if channel_module(ch.type).Channel.is_inbox]
         self.web_channel = web[0] if web else "api"
         try:
             self.auth: WebAuth = configured_web_auth(config, state_dir)
@@ -473,5 +473,6 @@ def _announce(runtime: Runtime, transport: Transport, url: str) -> None:
 
 def _token_configured(config: Config) -> bool:
 
-    tokens = [getattr(c, "token", None) for c in config.channels.values() if c.type == "web"]
+    inboxes = [c for c in config.channels.values() if channel_module(c.type).Channel.is_inbox]
+    tokens = [getattr(c, "token", None) for c in inboxes]
     return any(tokens) or bool(os.environ.get("HITL_WEB_TOKEN"))

@@ -111,6 +111,11 @@ class Channel:
     webhook_alias: ClassVar[str | None] = None
     #: the package extra that installs this channel's libraries: ``pip install 'mcp-hitl[<extra>]'``
     extra: ClassVar[str | None] = None
+    #: the host's own form: ``ask_user`` and ``request_approval`` without a channel list of their own
+    #: offer it beside the inbox (only to a client that can show it)
+    is_form: ClassVar[bool] = False
+    #: the web inbox: the JSON API's replies come in under its name, and its token guards the inbox
+    is_inbox: ClassVar[bool] = False
 
     @classmethod
     def libraries(cls, config: Any) -> tuple[str, ...]:

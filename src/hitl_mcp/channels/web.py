@@ -35,6 +35,7 @@ class Config(ChannelConfig):
 
 class Channel(BaseChannel):
     type = "web"
+    is_inbox = True
 
     async def deliver(self, request: Request) -> Delivery:
         return Delivery(ref=f"/api/requests/{request.id}")

@@ -25,6 +25,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from hitl_mcp.channels import channel_module
 from hitl_mcp.channels import elicitation as elicitation_channel
 from hitl_mcp.channels import web as web_channel
 from hitl_mcp.channels.base import ChannelConfig
@@ -222,7 +223,7 @@ def _default_channels() -> dict[str, ChannelConfig]:
 
 
 def _form_channels(channels: Any) -> list[str]:
-    """The names of the elicitation channels in a ``channels`` value (as written, or as built)."""
+    """The names of the host-form channels in a ``channels`` value (as written, or as built)."""
     if channels is None:
         channels = _default_channels()
     if not isinstance(channels, dict):
@@ -230,9 +231,17 @@ def _form_channels(channels: Any) -> list[str]:
     names = []
     for name, block in channels.items():
         kind = block.get("type") if isinstance(block, dict) else getattr(block, "type", None)
-        if kind == elicitation_channel.Config.model_fields["type"].default:
+        if _is_form(kind):
             names.append(str(name))
     return names
+
+
+def _is_form(kind: Any) -> bool:
+    """Whether a channel type is the host's own form (its channel class says so)."""
+    try:
+        return isinstance(kind, str) and channel_module(kind).Channel.is_form
+    except (KeyError, ImportError, AttributeError):  # not a channel type: validation says so
+        return False
 
 
 class Config(_Section):
