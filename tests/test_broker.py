@@ -12,6 +12,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from hitl_mcp.audit import verify
 from hitl_mcp.broker import AskSpec, Broker, Defaults, ReplyInvalid
 from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery, DeliveryError, ResolveResult
 from hitl_mcp.models import Kind, Reply, Request, Status, now
@@ -145,7 +146,7 @@ async def test_one_winner_across_connections(tmp_path: Path) -> None:
                 assert sorted(r.won for r in replies) == [False, False, True]
         finally:
             await second_store.close()
-        assert (await first.store.verify_audit()).ok
+        assert verify(await first.history.audit()).ok
 
 
 async def test_reply_after_expiry_time_loses_even_before_the_sweep(tmp_path: Path) -> None:

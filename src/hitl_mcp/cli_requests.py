@@ -77,7 +77,7 @@ def cmd_pending(args: argparse.Namespace) -> int:
     async def go() -> int:
         requests: list[Any] = []
         async with open_broker(args) as broker:  # every one, a page at a time: none is hidden by a cap
-            while page := await broker.store.list(
+            while page := await broker.history.list(
                 Status.PENDING, 1000, requests[-1].id if requests else None
             ):
                 requests += page
@@ -90,7 +90,7 @@ def cmd_pending(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     async def go() -> int:
         async with open_broker(args) as broker:
-            requests = await broker.store.list(None, max(1, args.limit))
+            requests = await broker.history.list(None, max(1, args.limit))
         print_requests(requests, args.json, pending=False)
         return 0
 
@@ -159,7 +159,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         async with open_broker(args) as broker:
             request_id = await find_one(broker, args.id)
             request = await broker.get(request_id)
-            detail = await request_detail(broker.store, request)
+            detail = await request_detail(broker.history, request)
         if args.json:
             print(json.dumps(detail, indent=2))
         else:
@@ -234,7 +234,8 @@ async def find(broker: Any, prefix: str) -> list[str]:
         return [prefix]
     if len(prefix) < 4:
         return []
-    return await broker.store.ids_starting(prefix, Status.PENDING) or await broker.store.ids_starting(prefix)
+    history = broker.history
+    return await history.ids_starting(prefix, Status.PENDING) or await history.ids_starting(prefix)
 
 
 async def find_one(broker: Any, prefix: str) -> str:
