@@ -17,9 +17,19 @@ from typing import Any
 
 import anyio
 
-from hitl_mcp.channels.base import Channel, Delivery, ResolveResult
+from hitl_mcp.channels.base import Channel, Delivery
 from hitl_mcp.loops import forever, reason
-from hitl_mcp.models import Kind, NotifyResult, Reply, Request, Status, canonical_json, now, payload_sha256
+from hitl_mcp.models import (
+    Kind,
+    NotifyResult,
+    Reply,
+    Request,
+    Settled,
+    Status,
+    canonical_json,
+    now,
+    payload_sha256,
+)
 from hitl_mcp.outbox import Outbox, silent_channels
 from hitl_mcp.store.base import Engine, History, KeyConflict, Store
 
@@ -72,7 +82,7 @@ class AskSpec:
 
 
 @dataclass(frozen=True)
-class Defaults:
+class AskDefaults:
     """Per-kind channels and lifetimes, from the config's ``defaults``."""
 
     channels: Mapping[Kind, list[str]]
@@ -87,7 +97,7 @@ class Broker:
         self,
         store: Engine,
         channels: Mapping[str, Channel],
-        defaults: Defaults,
+        defaults: AskDefaults,
         *,
         state_dir: Path,
         public_url: str | None = None,
@@ -352,7 +362,7 @@ class Broker:
 
     # --- settling --------------------------------------------------------------------------
 
-    async def resolve(self, request_id: str, reply: Reply) -> ResolveResult:
+    async def resolve(self, request_id: str, reply: Reply) -> Settled:
         """First valid reply wins; later ones are recorded as losing. Raises on a reply that does
         not fit the request (``ReplyInvalid``) or an unknown id (``NotFound``)."""
         request = await self.get_or_raise(request_id)
@@ -365,7 +375,7 @@ class Broker:
         if settled.won or settled.request.status != request.status:
             self._settled(settled.request)
         reason = "" if settled.won else _already(settled.request)
-        return ResolveResult(settled.won, settled.request, reason)
+        return Settled(settled.won, settled.request, reason)
 
     async def cancel(self, request_id: str, reason: str | None, actor: str) -> Request:
         request = await self.get_or_raise(request_id)

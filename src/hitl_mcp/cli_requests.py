@@ -40,7 +40,7 @@ def config_and_state(args: argparse.Namespace) -> tuple[Config, Any]:
 async def open_broker(args: argparse.Namespace) -> AsyncIterator[Any]:
     """A broker on the state directory's database, with no channels: for reading and answering."""
     from hitl_mcp.anchor import configured_anchor
-    from hitl_mcp.broker import Broker, Defaults
+    from hitl_mcp.broker import AskDefaults, Broker
     from hitl_mcp.runtime import DB_FILE
     from hitl_mcp.store.health import storage_error
     from hitl_mcp.store.sqlite import SqliteStore
@@ -53,7 +53,7 @@ async def open_broker(args: argparse.Namespace) -> AsyncIterator[Any]:
         await store.close()
         raise CliError(storage_error(exc, store.path)) from None
     try:
-        yield Broker(store, {}, Defaults({}, {}), state_dir=state_dir)
+        yield Broker(store, {}, AskDefaults({}, {}), state_dir=state_dir)
     except sqlite3.Error as exc:
         raise CliError(storage_error(exc, store.path)) from None
     finally:
@@ -262,14 +262,14 @@ def resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
             request_id = await find_one(broker, args.id)
             reply = Reply(channel="cli", responder=f"{getpass.getuser()} (terminal)", **reply_fields)
             try:
-                verdict = await broker.resolve(request_id, reply)
+                result = await broker.resolve(request_id, reply)
             except (ReplyInvalid, NotFound) as exc:  # may quote the agent's choices
                 print(f"hitl-mcp: {one_line(exc)}", file=sys.stderr)
                 return 1
-            if not verdict.won:  # names who answered, as their channel knows them
-                print(f"hitl-mcp: not recorded: {one_line(verdict.reason)}", file=sys.stderr)
+            if not result.won:  # names who answered, as their channel knows them
+                print(f"hitl-mcp: not recorded: {one_line(result.reason)}", file=sys.stderr)
                 return 1
-            r = verdict.request
+            r = result.request
             what = r.answer if r.kind.value == "question" else ("approved" if r.approved else "denied")
             print(f"{r.id}: {one_line(what)}")
             return 0

@@ -26,7 +26,7 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hitl_mcp.broker import Broker, Defaults
+from hitl_mcp.broker import AskDefaults, Broker
 from hitl_mcp.channels import channel_module, missing_libraries
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.config import Config
@@ -145,7 +145,7 @@ class Runtime:
             broker = Broker(
                 store,
                 {},
-                Defaults(
+                AskDefaults(
                     channels={
                         Kind.QUESTION: d.ask_user.channels,
                         Kind.APPROVAL: d.request_approval.channels,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from hitl_mcp.models import Reply, Request
+from hitl_mcp.models import Reply, Request, Settled
 
 if TYPE_CHECKING:  # config validation imports channel modules: keep them light
     from starlette.routing import BaseRoute
@@ -53,13 +53,8 @@ class DeliveryError(Exception):
         self.permanent = permanent
 
 
-@dataclass(frozen=True)
-class ResolveResult:
-    """The broker's verdict on a reply: ``won`` is true for the single winning reply."""
-
-    won: bool
-    request: Request
-    reason: str = ""
+#: what ``Hub.resolve`` returns: the one result of settling a request (models.Settled)
+ResolveResult = Settled
 
 
 class Hub(Protocol):

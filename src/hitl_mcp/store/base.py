@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hitl_mcp.audit import AuditRow
-from hitl_mcp.models import Reply, Request, Status
+from hitl_mcp.models import Reply, Request, Settled, Status
 
 
 class StoreError(Exception):
@@ -55,14 +55,6 @@ class ReplyRow:
     received_at: float
     won: bool
     reason: str | None
-
-
-@dataclass(frozen=True)
-class Settled:
-    """The result of a conditional write: ``won`` is true when this call changed the row."""
-
-    won: bool
-    request: Request
 
 
 @dataclass(frozen=True)
