@@ -12,7 +12,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from hitl_mcp.broker import AskSpec, Broker, Defaults, ReplyInvalid
+from hitl_mcp.audit import verify
+from hitl_mcp.broker import AskDefaults, AskSpec, Broker, ReplyInvalid
 from hitl_mcp.channels.base import (
     Answered,
     Channel,
@@ -43,7 +44,7 @@ async def broker_with(path: Path, *channels: Channel) -> AsyncIterator[Broker]:
     broker = Broker(
         store,
         {c.name: c for c in channels},
-        Defaults(
+        AskDefaults(
             channels={Kind.QUESTION: names, Kind.APPROVAL: names, Kind.NOTIFICATION: names},
             timeouts={Kind.QUESTION: 3600, Kind.APPROVAL: 3600},
         ),
@@ -105,7 +106,7 @@ async def test_one_winner_across_connections(tmp_path: Path) -> None:
     async with broker_with(path, Recorder("a")) as first:
         second_store = SqliteStore(path)
         await second_store.open()
-        second = Broker(second_store, {}, Defaults({}, {}), state_dir=tmp_path)
+        second = Broker(second_store, {}, AskDefaults({}, {}), state_dir=tmp_path)
         try:
             for trial in range(25):
                 request, _ = await first.ask(AskSpec(kind=Kind.QUESTION, text=f"Q{trial}?"))
@@ -128,7 +129,7 @@ async def test_one_winner_across_connections(tmp_path: Path) -> None:
                 assert sorted(r.won for r in replies) == [False, False, True]
         finally:
             await second_store.close()
-        assert (await first.store.verify_audit()).ok
+        assert verify(await first.history.audit()).ok
 
 
 async def test_reply_after_expiry_time_loses_even_before_the_sweep(tmp_path: Path) -> None:
@@ -161,7 +162,8 @@ async def test_stale_sending_row_is_taken_over_after_the_lease(tmp_path: Path) -
     store = SqliteStore(tmp_path / "db.sqlite3")
     await store.open()
     try:
-        broker = Broker(store, {}, Defaults({Kind.QUESTION: ["a"]}, {Kind.QUESTION: 60}), state_dir=tmp_path)
+        defaults = AskDefaults({Kind.QUESTION: ["a"]}, {Kind.QUESTION: 60})
+        broker = Broker(store, {}, defaults, state_dir=tmp_path)
         broker.channels["a"] = Recorder("a")
         request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Q?"))
         (claimed,) = await store.claim_deliveries(["a"], 1000.0 + request.created_at, 60, 10)

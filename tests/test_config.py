@@ -11,7 +11,7 @@ import pytest
 import yaml
 from pydantic import SecretStr, ValidationError, field_validator
 
-import hitl_mcp.config as config_module
+import hitl_mcp.config.load as config_load
 from hitl_mcp.channels import channel_types
 from hitl_mcp.channels import elicitation as elicitation_channel
 from hitl_mcp.channels import web as web_channel
@@ -509,7 +509,7 @@ def test_a_channel_validator_that_echoes_its_input_does_not_leak(monkeypatch: py
             raise ValueError(f"{value} is not a valid key")
 
     module = types.SimpleNamespace(Config=LeakyConfig)
-    monkeypatch.setattr(config_module, "channel_module", lambda name: module)
+    monkeypatch.setattr(config_load, "channel_module", lambda name: module)
     e = error("channels:\n  web: {type: leaky, api_key: '${KEY}'}\n", env={"KEY": SECRET})
     assert str(e) == "hitl.yaml:2: channels.web.api_key: *** is not a valid key"
 

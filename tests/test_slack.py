@@ -22,7 +22,7 @@ import pytest
 import uvicorn
 from mcp import Client
 
-from hitl_mcp.broker import AskSpec, Broker, Defaults
+from hitl_mcp.broker import AskDefaults, AskSpec, Broker
 from hitl_mcp.channels import slack
 from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.config import ConfigError, parse_config
@@ -80,7 +80,7 @@ async def slack_broker(
     broker = Broker(
         store,
         {},
-        Defaults(
+        AskDefaults(
             channels={Kind.QUESTION: every, Kind.APPROVAL: every, Kind.NOTIFICATION: every},
             timeouts={Kind.QUESTION: 3600, Kind.APPROVAL: 3600},
         ),

@@ -23,7 +23,7 @@ import pytest
 from mcp import Client
 from twilio.request_validator import RequestValidator
 
-from hitl_mcp.broker import AskSpec, Broker, Defaults
+from hitl_mcp.broker import AskDefaults, AskSpec, Broker
 from hitl_mcp.channels import web
 from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.channels.twilio_sms import (
@@ -126,7 +126,7 @@ async def world(
     broker = Broker(
         store,
         {},
-        Defaults(
+        AskDefaults(
             channels={k: ["sms"] for k in Kind},
             timeouts={Kind.QUESTION: 3600, Kind.APPROVAL: 3600},
         ),

@@ -17,19 +17,29 @@ from typing import Any
 
 import anyio
 
-from hitl_mcp.channels.base import Channel, Delivery, ResolveResult
+from hitl_mcp.channels.base import Channel, Delivery
 from hitl_mcp.errors import BrokerError, NotFound, ReplyInvalid, UnknownChannel
 from hitl_mcp.loops import forever, reason
-from hitl_mcp.models import Kind, NotifyResult, Reply, Request, Status, canonical_json, now, payload_sha256
-from hitl_mcp.outbox import Outbox
-from hitl_mcp.store.base import KeyConflict, Store
+from hitl_mcp.models import (
+    Kind,
+    NotifyResult,
+    Reply,
+    Request,
+    Settled,
+    Status,
+    canonical_json,
+    now,
+    payload_sha256,
+)
+from hitl_mcp.outbox import Outbox, silent_channels
+from hitl_mcp.store.base import Engine, History, KeyConflict, Store
 from hitl_mcp.wording import already
 
 __all__ = [
+    "AskDefaults",
     "AskSpec",
     "Broker",
     "BrokerError",
-    "Defaults",
     "NotFound",
     "ReplyInvalid",
     "UnknownChannel",
@@ -73,7 +83,7 @@ class AskSpec:
 
 
 @dataclass(frozen=True)
-class Defaults:
+class AskDefaults:
     """Per-kind channels and lifetimes, from the config's ``defaults``."""
 
     channels: Mapping[Kind, list[str]]
@@ -86,14 +96,16 @@ OnTick = Callable[[float], Awaitable[None]]
 class Broker:
     def __init__(
         self,
-        store: Store,
+        store: Engine,
         channels: Mapping[str, Channel],
-        defaults: Defaults,
+        defaults: AskDefaults,
         *,
         state_dir: Path,
         public_url: str | None = None,
     ) -> None:
-        self.store = store
+        self.store: Store = store
+        self.history: History = store
+        """The read side (listings, trails, the audit log) for the CLI and the inbox."""
         self.channels = dict(channels)
         self.defaults = defaults
         self.state_dir = state_dir
@@ -112,7 +124,6 @@ class Broker:
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The outbox, expiry and change feed; runs until cancelled. Each loop survives a failed
         round (``loops.forever``): a locked or failing store delays the work, never ends it."""
-        self.store.silent_channels = frozenset(n for n, c in self.channels.items() if not c.retracts)
         self._last_seq = await self.store.last_seq()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.outbox.run)
@@ -356,25 +367,30 @@ class Broker:
 
     # --- settling --------------------------------------------------------------------------
 
-    async def resolve(self, request_id: str, reply: Reply) -> ResolveResult:
+    async def resolve(self, request_id: str, reply: Reply) -> Settled:
         """First valid reply wins; later ones are recorded as losing. Raises on a reply that does
         not fit the request (``ReplyInvalid``) or an unknown id (``NotFound``)."""
         request = await self.get_or_raise(request_id)
         outcome = check_reply(request, reply) if request.status == Status.PENDING else {}
-        settled = await self.store.resolve(request_id, reply, outcome)
+        settled = await self.store.resolve(
+            request_id, reply, outcome, expiry_outcome(request), silent_channels(self.channels)
+        )
         if settled is None:
             raise NotFound(f"no request with id {request_id!r}")
         if settled.won or settled.request.status != request.status:
             self._settled(settled.request)
         reason = "" if settled.won else already(settled.request)
-        return ResolveResult(settled.won, settled.request, reason)
+        return Settled(settled.won, settled.request, reason)
 
     async def cancel(self, request_id: str, reason: str | None, actor: str) -> Request:
         request = await self.get_or_raise(request_id)
         outcome: dict[str, Any] = {"comment": reason}
         if request.kind == Kind.APPROVAL:
             outcome["approved"] = False
-        settled = await self.store.close_request(request_id, Status.CANCELLED, actor, outcome)
+        expired, silent = expiry_outcome(request), silent_channels(self.channels)
+        settled = await self.store.close_request(
+            request_id, Status.CANCELLED, actor, outcome, expired, silent
+        )
         assert settled is not None
         if settled.won or settled.request.status != request.status:
             self._settled(settled.request)
@@ -384,10 +400,10 @@ class Broker:
         request = await self.get_or_raise(request_id)
         if request.status != Status.PENDING:
             return request
-        outcome: dict[str, Any] = (
-            {"approved": False} if request.kind == Kind.APPROVAL else {"answer": request.default_answer}
+        outcome = expiry_outcome(request)
+        settled = await self.store.close_request(
+            request_id, Status.EXPIRED, "expiry", outcome, outcome, silent_channels(self.channels)
         )
-        settled = await self.store.close_request(request_id, Status.EXPIRED, "expiry", outcome)
         assert settled is not None
         if settled.won:
             self._settled(settled.request)
@@ -397,12 +413,26 @@ class Broker:
         """The host cancelled the call or went away; the request stays answerable."""
         await self.store.record(request_id, "caller_left", client_name, {"waited_seconds": round(waited, 3)})
 
+    # --- for people's tools (the CLI): what is not a request's life ---------------------------
+
+    async def end_sessions(self) -> int:
+        """Sign every inbox session out (``hitl-mcp logout --all``); how many there were."""
+        return await self.store.end_sessions()
+
     def _settled(self, request: Request) -> None:
         if request.id in self._waiters:
             self._just_settled[request.id] = request
         self._publish(request.id, request.status.value)
-        if any(name not in self.store.silent_channels for name in request.channels):
+        silent = silent_channels(self.channels)
+        if any(name not in silent for name in request.channels):
             self.outbox.kick()  # a retraction may be queued
+
+
+def expiry_outcome(request: Request) -> dict[str, Any]:
+    """The outcome an expiry writes: an approval is not approved, a question takes its default answer."""
+    if request.kind == Kind.APPROVAL:
+        return {"approved": False}
+    return {"answer": request.default_answer}
 
 
 def check_reply(request: Request, reply: Reply) -> dict[str, Any]:

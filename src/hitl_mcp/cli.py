@@ -321,7 +321,7 @@ def cmd_logout(args: argparse.Namespace) -> int:
 
     async def go() -> int:
         async with open_broker(args) as broker:
-            ended = await broker.store.end_sessions()
+            ended = await broker.end_sessions()
         print(f"ended {ended} inbox session{'' if ended == 1 else 's'}; sign in again with the login link")
         return 0
 
@@ -329,12 +329,14 @@ def cmd_logout(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    from hitl_mcp.anchor import ANCHOR_FILE
     from hitl_mcp.cli_audit import audit_head, audit_verify
 
     async def go() -> int:
         async with open_broker(args) as broker:
-            anchor_file = Path(args.anchor) if args.anchor else broker.store.anchor.path
-            return await (audit_verify if args.action == "verify" else audit_head)(broker.store, anchor_file)
+            anchor_file = Path(args.anchor) if args.anchor else broker.state_dir / ANCHOR_FILE
+            command = audit_verify if args.action == "verify" else audit_head
+            return await command(broker.history, anchor_file)
 
     return run(go)
 

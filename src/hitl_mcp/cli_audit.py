@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 from hitl_mcp.anchor import Anchor, check_anchors, last_line, read_anchors
 from hitl_mcp.audit import SETTLING_EVENTS, check_requests, verify
 from hitl_mcp.models import iso
+from hitl_mcp.store.base import History
 from hitl_mcp.terminal import visible
 
 
-async def audit_verify(store: Any, anchor_file: Path) -> int:
+async def audit_verify(history: History, anchor_file: Path) -> int:
     """Print one line per problem found (stderr), or one line saying what was checked; 1 on a problem."""
-    rows = await store.audit()
-    requests = await store.all_requests()
+    rows = await history.audit()
+    requests = await history.all_requests()
     problems: list[str] = []
     chain = verify(rows)
     if not chain.ok:
@@ -45,8 +45,8 @@ async def audit_verify(store: Any, anchor_file: Path) -> int:
     return 0
 
 
-async def audit_head(store: Any, anchor_file: Path) -> int:
-    head = await store.audit_head()
+async def audit_head(history: History, anchor_file: Path) -> int:
+    head = await history.audit_head()
     print(f"database: row {head[0]} {head[1]}" if head else "database: no audit rows yet")
     line = last_line(anchor_file)
     if line is None:

@@ -40,7 +40,7 @@ def config_and_state(args: argparse.Namespace) -> tuple[Config, Any]:
 async def open_broker(args: argparse.Namespace) -> AsyncIterator[Any]:
     """A broker on the state directory's database, with no channels: for reading and answering."""
     from hitl_mcp.anchor import configured_anchor
-    from hitl_mcp.broker import Broker, Defaults
+    from hitl_mcp.broker import AskDefaults, Broker
     from hitl_mcp.runtime import DB_FILE
     from hitl_mcp.store.health import storage_error
     from hitl_mcp.store.sqlite import SqliteStore
@@ -53,7 +53,7 @@ async def open_broker(args: argparse.Namespace) -> AsyncIterator[Any]:
         await store.close()
         raise CliError(storage_error(exc, store.path)) from None
     try:
-        yield Broker(store, {}, Defaults({}, {}), state_dir=state_dir)
+        yield Broker(store, {}, AskDefaults({}, {}), state_dir=state_dir)
     except sqlite3.Error as exc:
         raise CliError(storage_error(exc, store.path)) from None
     finally:
@@ -77,7 +77,7 @@ def cmd_pending(args: argparse.Namespace) -> int:
     async def go() -> int:
         requests: list[Any] = []
         async with open_broker(args) as broker:  # every one, a page at a time: none is hidden by a cap
-            while page := await broker.store.list(
+            while page := await broker.history.list(
                 Status.PENDING, 1000, requests[-1].id if requests else None
             ):
                 requests += page
@@ -90,7 +90,7 @@ def cmd_pending(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     async def go() -> int:
         async with open_broker(args) as broker:
-            requests = await broker.store.list(None, max(1, args.limit))
+            requests = await broker.history.list(None, max(1, args.limit))
         print_requests(requests, args.json, pending=False)
         return 0
 
@@ -159,7 +159,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         async with open_broker(args) as broker:
             request_id = await find_one(broker, args.id)
             request = await broker.get(request_id)
-            detail = await request_detail(broker.store, request)
+            detail = await request_detail(broker.history, request)
         if args.json:
             print(json.dumps(detail, indent=2))
         else:
@@ -234,7 +234,8 @@ async def find(broker: Any, prefix: str) -> list[str]:
         return [prefix]
     if len(prefix) < 4:
         return []
-    return await broker.store.ids_starting(prefix, Status.PENDING) or await broker.store.ids_starting(prefix)
+    history = broker.history
+    return await history.ids_starting(prefix, Status.PENDING) or await history.ids_starting(prefix)
 
 
 async def find_one(broker: Any, prefix: str) -> str:
@@ -261,14 +262,14 @@ def resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
             request_id = await find_one(broker, args.id)
             reply = Reply(channel="cli", responder=f"{getpass.getuser()} (terminal)", **reply_fields)
             try:
-                verdict = await broker.resolve(request_id, reply)
+                result = await broker.resolve(request_id, reply)
             except (ReplyInvalid, NotFound) as exc:  # may quote the agent's choices
                 print(f"hitl-mcp: {one_line(exc)}", file=sys.stderr)
                 return 1
-            if not verdict.won:  # names who answered, as their channel knows them
-                print(f"hitl-mcp: not recorded: {one_line(verdict.reason)}", file=sys.stderr)
+            if not result.won:  # names who answered, as their channel knows them
+                print(f"hitl-mcp: not recorded: {one_line(result.reason)}", file=sys.stderr)
                 return 1
-            r = verdict.request
+            r = result.request
             what = r.answer if r.kind.value == "question" else ("approved" if r.approved else "denied")
             print(f"{r.id}: {one_line(what)}")
             return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -161,3 +162,14 @@ class NotifyResult(BaseModel):
     request_id: str
     delivered: list[str]
     failed: list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The result of settling a request (a reply, a cancel, an expiry): ``won`` is true for the one
+    call that changed it; ``request`` is the request as it now stands; ``reason`` says why a reply
+    that lost did not count ("already answered by ... via ...")."""
+
+    won: bool
+    request: Request
+    reason: str = ""

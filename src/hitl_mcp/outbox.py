@@ -32,6 +32,11 @@ DELIVERY_RETRY = RetryPolicy(
 )
 
 
+def silent_channels(channels: Mapping[str, Channel]) -> frozenset[str]:
+    """The channels that send nothing when a request settles: no retraction is queued for them."""
+    return frozenset(name for name, channel in channels.items() if not channel.retracts)
+
+
 class Outbox:
     def __init__(self, store: Store, channels: Mapping[str, Channel]) -> None:
         self.store = store
@@ -107,7 +112,9 @@ class Outbox:
             log.exception("channel %s failed to %s request %s", row.channel, row.action, row.request_id)
             await self._failed(row, f"{type(exc).__name__}: {exc}", None, False, max_attempts)
         else:
-            await self.store.finish_delivery(row.id, status="sent", ref=sent.ref, detail=sent.detail)
+            await self.store.finish_delivery(
+                row.id, status="sent", ref=sent.ref, detail=sent.detail, silent=silent_channels(self.channels)
+            )
 
     async def _failed(
         self, row: DeliveryRow, error: str, retry_after: float | None, permanent: bool, max_attempts: int

@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hitl_mcp.broker import Broker, Defaults
+from hitl_mcp.broker import AskDefaults, Broker
 from hitl_mcp.channels import channel_module
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.config import Config
@@ -77,7 +77,7 @@ class Runtime:
         self._failed: BaseException | None = None
         self.wanted = anyio.Event()
         """Set when something first needs the broker: over stdio, the side work starts no later."""
-        web = [name for name, ch in config.channels.items() if ch.type == "web"]
+        web = [name for name, ch in config.channels.items() if channel_module(ch.type).Channel.is_inbox]
         self.web_channel = web[0] if web else "api"
         try:
             self.auth: WebAuth = configured_web_auth(config, state_dir)
@@ -127,7 +127,7 @@ class Runtime:
             broker = Broker(
                 store,
                 {},
-                Defaults(
+                AskDefaults(
                     channels={
                         Kind.QUESTION: d.ask_user.channels,
                         Kind.APPROVAL: d.request_approval.channels,

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from hitl_mcp.errors import NotFound, ReplyInvalid
-from hitl_mcp.models import Reply, Request
+from hitl_mcp.models import Reply, Request, Settled
 
 __all__ = [
     "Answered",
@@ -84,13 +84,8 @@ class DeliveryError(Exception):
         self.permanent = permanent
 
 
-@dataclass(frozen=True)
-class ResolveResult:
-    """The broker's verdict on a reply: ``won`` is true for the single winning reply."""
-
-    won: bool
-    request: Request
-    reason: str = ""
+#: what ``Hub.resolve`` returns: the one result of settling a request (models.Settled)
+ResolveResult = Settled
 
 
 class Hub(Protocol):
@@ -237,6 +232,11 @@ class Channel:
     webhook_alias: ClassVar[str | None] = None
     #: the package extra that installs this channel's libraries: ``pip install 'mcp-hitl[<extra>]'``
     extra: ClassVar[str | None] = None
+    #: the host's own form: ``ask_user`` and ``request_approval`` without a channel list of their own
+    #: offer it beside the inbox (only to a client that can show it)
+    is_form: ClassVar[bool] = False
+    #: the web inbox: the JSON API's replies come in under its name, and its token guards the inbox
+    is_inbox: ClassVar[bool] = False
 
     @classmethod
     def libraries(cls, config: Any) -> tuple[str, ...]:

@@ -49,6 +49,7 @@ class Form:
 
 class ElicitationChannel(BaseChannel):
     type = "elicitation"
+    is_form = True
 
     async def check(self) -> str:
         return "the MCP host's own window; offered while a tool call waits, when the client supports forms"

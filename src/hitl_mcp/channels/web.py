@@ -34,6 +34,7 @@ class Config(ChannelConfig):
 
 class WebChannel(BaseChannel):
     type = "web"
+    is_inbox = True
 
     async def deliver(self, request: Request) -> Delivery:
         return Delivery(ref=f"/api/requests/{request.id}")

@@ -1,17 +1,21 @@
-"""The Store protocol: what the broker needs from a database, and nothing more.
+"""The store's protocols, by who calls them: ``Store`` is what the broker needs of requests,
+deliveries and the audit log; ``History`` is the read side for people (listings, trails, the audit
+rows); an engine (``Engine``) is both.
 
 Each engine keeps its SQL in one module. The single-winner rule is one conditional UPDATE
-(``... WHERE status = 'pending'``) inside the engine's ``resolve`` and ``close``.
+(``... WHERE status = 'pending'``) inside the engine's ``resolve`` and ``close_request``. The rules
+about what a settle means (which channels retract, what an expiry answers) are the broker's: it
+passes them in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from hitl_mcp.audit import AuditRow, Verdict
-from hitl_mcp.models import Reply, Request, Status
+from hitl_mcp.audit import AuditRow
+from hitl_mcp.models import Reply, Request, Settled, Status
 
 
 class StoreError(Exception):
@@ -54,14 +58,6 @@ class ReplyRow:
 
 
 @dataclass(frozen=True)
-class Settled:
-    """The result of a conditional write: ``won`` is true when this call changed the row."""
-
-    won: bool
-    request: Request
-
-
-@dataclass(frozen=True)
 class Change:
     seq: int
     request_id: str | None
@@ -69,8 +65,7 @@ class Change:
 
 
 class Store(Protocol):
-    silent_channels: frozenset[str]
-    """Channels that send nothing when a request settles: no retraction is queued for them."""
+    """What the broker (and its outbox) needs of a database."""
 
     async def open(self) -> None: ...
 
@@ -85,29 +80,30 @@ class Store(Protocol):
 
     async def get(self, request_id: str) -> Request | None: ...
 
-    async def list(
-        self, status: Status | None = None, limit: int = 100, before: str | None = None
-    ) -> list[Request]:
-        """Newest first (by creation time, then id); ``before`` is the id of the last request of the
-        previous page: the page holds the ones listed after it. An unknown id gives an empty page."""
-        ...
-
-    async def count(self, status: Status | None = None, before: str | None = None) -> int:
-        """How many requests ``list`` would page through, from the same ``before``."""
-        ...
-
-    async def ids_starting(self, prefix: str, status: Status | None = None, limit: int = 2) -> list[str]:
-        """The ids that start with ``prefix`` (an index range, whatever the number of requests)."""
-        ...
-
-    async def resolve(self, request_id: str, reply: Reply, outcome: dict[str, Any]) -> Settled | None:
-        """Record the reply; it wins only if the request is still pending and unexpired."""
+    async def resolve(
+        self,
+        request_id: str,
+        reply: Reply,
+        outcome: dict[str, Any],
+        expired: dict[str, Any],
+        silent: Collection[str],
+    ) -> Settled | None:
+        """Record the reply; it wins only if the request is still pending and unexpired. A request
+        found past its expiry is expired first, with the ``expired`` outcome. Settling queues a
+        retraction on every channel that was sent the request, except the ``silent`` ones."""
         ...
 
     async def close_request(
-        self, request_id: str, status: Status, actor: str, outcome: dict[str, Any]
+        self,
+        request_id: str,
+        status: Status,
+        actor: str,
+        outcome: dict[str, Any],
+        expired: dict[str, Any],
+        silent: Collection[str],
     ) -> Settled | None:
-        """Expire or cancel a pending request (conditional: a settled one is returned unchanged)."""
+        """Expire or cancel a pending request (conditional: a settled one is returned unchanged). A
+        cancel that comes after the expiry time expires it instead, with the ``expired`` outcome."""
         ...
 
     async def due_expiries(self, now: float, limit: int = 100) -> list[str]: ...
@@ -133,7 +129,11 @@ class Store(Protocol):
         detail: dict[str, Any] | None = None,
         error: str | None = None,
         next_attempt_at: float | None = None,
-    ) -> None: ...
+        silent: Collection[str] = (),
+    ) -> None:
+        """Record an attempt. A delivery sent after its request settled queues its retraction,
+        unless its channel is one of the ``silent`` ones."""
+        ...
 
     async def deliveries(self, request_id: str) -> list[DeliveryRow]: ...
 
@@ -158,8 +158,6 @@ class Store(Protocol):
         before it; how many entries went."""
         ...
 
-    async def replies(self, request_id: str) -> list[ReplyRow]: ...
-
     async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
         """Keep an inbox session by the hash of its id; drop the one it ``replaces`` and expired ones."""
         ...
@@ -172,13 +170,38 @@ class Store(Protocol):
         """Revoke one inbox session, or every one (None); how many were removed."""
         ...
 
-    async def audit(self, request_id: str | None = None) -> list[AuditRow]: ...
-
     async def changes_since(self, seq: int, limit: int = 1000) -> list[Change]: ...
 
     async def last_seq(self) -> int: ...
 
-    async def verify_audit(self) -> Verdict: ...
+    async def maintain(self) -> None:
+        """Housekeeping off the request path (e.g. WAL checkpoints); called every few seconds."""
+        ...
+
+
+class History(Protocol):
+    """The read side, for people: listings, one request's trail, and the audit log to verify."""
+
+    async def list(
+        self, status: Status | None = None, limit: int = 100, before: str | None = None
+    ) -> list[Request]:
+        """Newest first (by creation time, then id); ``before`` is the id of the last request of the
+        previous page: the page holds the ones listed after it. An unknown id gives an empty page."""
+        ...
+
+    async def count(self, status: Status | None = None, before: str | None = None) -> int:
+        """How many requests ``list`` would page through, from the same ``before``."""
+        ...
+
+    async def ids_starting(self, prefix: str, status: Status | None = None, limit: int = 2) -> list[str]:
+        """The ids that start with ``prefix`` (an index range, whatever the number of requests)."""
+        ...
+
+    async def deliveries(self, request_id: str) -> list[DeliveryRow]: ...
+
+    async def replies(self, request_id: str) -> list[ReplyRow]: ...
+
+    async def audit(self, request_id: str | None = None) -> list[AuditRow]: ...
 
     async def audit_head(self) -> tuple[int, str] | None:
         """The newest audit row's seq and hash."""
@@ -188,6 +211,6 @@ class Store(Protocol):
         """Every request, oldest first."""
         ...
 
-    async def maintain(self) -> None:
-        """Housekeeping off the request path (e.g. WAL checkpoints); called every few seconds."""
-        ...
+
+class Engine(Store, History, Protocol):
+    """A store engine (``SqliteStore``): both sides, on one database."""

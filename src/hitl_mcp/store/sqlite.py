@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,7 +24,7 @@ import anyio
 import anyio.to_thread
 
 from hitl_mcp.anchor import ANCHOR_FILE, Anchorer
-from hitl_mcp.audit import GENESIS, SETTLING_EVENTS, AuditRow, Verdict, row_hash, verify
+from hitl_mcp.audit import GENESIS, SETTLING_EVENTS, AuditRow, row_hash
 from hitl_mcp.models import Kind, Reply, Request, Status, now
 from hitl_mcp.store.base import Change, DeliveryRow, KeyConflict, ReplyRow, Settled, StoreError
 
@@ -182,7 +182,6 @@ class SqliteStore:
         self._waiting = anyio.Lock()
         """Held while a unit of work waits in a thread for another process: others queue behind it."""
         self._checkpointer: aiosqlite.Connection | None = None
-        self.silent_channels: frozenset[str] = frozenset()
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -323,9 +322,6 @@ class SqliteStore:
             return [_audit_row(r) for r in cursor.fetchall()]
 
         return await self._run(work)
-
-    async def verify_audit(self) -> Verdict:
-        return verify(await self.audit())
 
     async def audit_head(self) -> tuple[int, str] | None:
         def work(db: sqlite3.Connection) -> Any:
@@ -471,7 +467,14 @@ class SqliteStore:
 
         return await self._run(work)
 
-    async def resolve(self, request_id: str, reply: Reply, outcome: dict[str, Any]) -> Settled | None:
+    async def resolve(
+        self,
+        request_id: str,
+        reply: Reply,
+        outcome: dict[str, Any],
+        expired: dict[str, Any],
+        silent: Collection[str],
+    ) -> Settled | None:
         at = now()
 
         def work(db: sqlite3.Connection) -> Any:
@@ -485,9 +488,7 @@ class SqliteStore:
                     and current.expires_at is not None
                     and current.expires_at <= at
                 ):
-                    current = self._settle(
-                        db, current, Status.EXPIRED, "expiry", _expiry_outcome(current), at
-                    )
+                    current = self._settle(db, current, Status.EXPIRED, "expiry", expired, at, silent)
                 won = False
                 if current.status == Status.PENDING:
                     cursor = db.execute(
@@ -540,7 +541,7 @@ class SqliteStore:
                     {"channel": reply.channel, **{k: v for k, v in outcome.items() if v is not None}},
                     at=at,
                 )
-                self._queue_retractions(db, request_id, at)
+                self._queue_retractions(db, request_id, at, silent)
                 fields = {name: outcome.get(name) for name in ("answer", "choice", "approved", "comment")}
                 fields.update(
                     status=Status.ANSWERED, closed_at=at, responder=reply.responder, channel=reply.channel
@@ -550,7 +551,13 @@ class SqliteStore:
         return await self._run(work)
 
     async def close_request(
-        self, request_id: str, status: Status, actor: str, outcome: dict[str, Any]
+        self,
+        request_id: str,
+        status: Status,
+        actor: str,
+        outcome: dict[str, Any],
+        expired: dict[str, Any],
+        silent: Collection[str],
     ) -> Settled | None:
         at = now()
 
@@ -564,8 +571,8 @@ class SqliteStore:
                     return Settled(False, current)
                 wanted, by, fields = status, actor, outcome
                 if wanted == Status.CANCELLED and current.expires_at is not None and current.expires_at <= at:
-                    wanted, by, fields = Status.EXPIRED, "expiry", _expiry_outcome(current)
-                settled = self._settle(db, current, wanted, by, fields, at)
+                    wanted, by, fields = Status.EXPIRED, "expiry", expired
+                settled = self._settle(db, current, wanted, by, fields, at, silent)
                 return Settled(settled.status == wanted, settled)
 
         return await self._run(work)
@@ -578,6 +585,7 @@ class SqliteStore:
         actor: str,
         outcome: dict[str, Any],
         at: float,
+        silent: Collection[str],
     ) -> Request:
         cursor = db.execute(
             "UPDATE requests SET status = ?, closed_at = ?, answer = ?, approved = ?, comment = ?"
@@ -600,24 +608,27 @@ class SqliteStore:
                 {k: v for k, v in outcome.items() if v is not None},
                 at=at,
             )
-            self._queue_retractions(db, current.id, at)
+            self._queue_retractions(db, current.id, at, silent)
         row = db.execute("SELECT * FROM requests WHERE id = ?", (current.id,)).fetchone()
         return _request(row)
 
-    def _queue_retractions(self, db: sqlite3.Connection, request_id: str, at: float) -> None:
-        """Once settled: drop deliveries not yet sent, and queue a retraction where one was."""
+    def _queue_retractions(
+        self, db: sqlite3.Connection, request_id: str, at: float, silent: Collection[str]
+    ) -> None:
+        """Once settled: drop deliveries not yet sent, and queue a retraction where one was (on
+        every channel but the ``silent`` ones)."""
         db.execute(
             "UPDATE deliveries SET status = 'skipped', updated_at = ?"
             " WHERE request_id = ? AND +action = 'deliver' AND +status = 'queued'",
             (at, request_id),
         )
-        silent = sorted(self.silent_channels)
+        quiet = sorted(silent)
         db.execute(
             "INSERT OR IGNORE INTO deliveries (request_id, channel, action, status, created_at, updated_at,"
             " next_attempt_at) SELECT request_id, channel, 'retract', 'queued', ?, ?, ?"
             " FROM deliveries WHERE request_id = ? AND +action = 'deliver' AND +status = 'sent'"
-            f" AND channel NOT IN ({', '.join('?' * len(silent))})",
-            (at, at, at, request_id, *silent),
+            f" AND channel NOT IN ({', '.join('?' * len(quiet))})",
+            (at, at, at, request_id, *quiet),
         )
 
     async def due_expiries(self, now: float, limit: int = 100) -> list[str]:
@@ -685,6 +696,7 @@ class SqliteStore:
         detail: dict[str, Any] | None = None,
         error: str | None = None,
         next_attempt_at: float | None = None,
+        silent: Collection[str] = (),
     ) -> None:
         at = now()
 
@@ -717,7 +729,7 @@ class SqliteStore:
                         Status.NOTIFIED.value,
                     ):
                         # settled while this send was in flight: it needs its retraction too
-                        self._queue_retractions(db, row["request_id"], at)
+                        self._queue_retractions(db, row["request_id"], at, silent)
 
         return await self._run(work)
 
@@ -920,12 +932,6 @@ def _split_sql(script: str) -> list[str]:
     if "\n".join(buffer).strip():
         statements.append("\n".join(buffer).strip())
     return statements
-
-
-def _expiry_outcome(request: Request) -> dict[str, Any]:
-    if request.kind == Kind.APPROVAL:
-        return {"approved": False}
-    return {"answer": request.default_answer}
 
 
 def _request(row: sqlite3.Row) -> Request:

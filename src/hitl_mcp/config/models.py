@@ -1,0 +1,312 @@
+"""The config's models: what each top-level section may hold, with its defaults.
+
+Channel blocks are each validated by their own channel module's ``Config``; here they are only named
+and cross-checked against the default channel lists.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    SerializeAsAny,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from hitl_mcp.channels import channel_module
+from hitl_mcp.channels import elicitation as elicitation_channel
+from hitl_mcp.channels import web as web_channel
+from hitl_mcp.channels.base import ChannelConfig
+from hitl_mcp.config.errors import KeyPath, _key_text, _show
+from hitl_mcp.durations import DAY, HOUR, bounded
+
+
+class _Section(BaseModel):
+    """Base of the config models: no unknown keys; an empty sub-section (``http:``) means its defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections_mean_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            drop = [
+                k
+                for k, v in data.items()
+                if v is None
+                and k in cls.model_fields
+                and isinstance(cls.model_fields[k].annotation, type)
+                and issubclass(cls.model_fields[k].annotation, BaseModel)  # type: ignore[arg-type]
+            ]
+            if drop:
+                data = {k: v for k, v in data.items() if k not in drop}
+        return data
+
+
+def _reject_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise PydanticCustomError("int_type", "expected an integer")
+    return value
+
+
+class HttpConfig(_Section):
+    host: str = Field("127.0.0.1", min_length=1)
+    port: Annotated[int, BeforeValidator(_reject_bool), Field(ge=1, le=65535)] = 8765
+    max_body_bytes: Annotated[int, BeforeValidator(_reject_bool), Field(ge=1024, le=64 * 1024 * 1024)] = (
+        1024 * 1024
+    )
+    """Request bodies larger than this are refused with 413 before anything reads them."""
+    header_timeout: Annotated[float, bounded(1, 300)] = 10.0
+    """A connection that has not sent its request line and headers within this is closed."""
+
+
+def _http_url(value: Any, example: str) -> Any:
+    """An http(s) URL with a host, or the error that says so (without the value: it may hold a secret)."""
+    if not isinstance(value, str):
+        return value  # the type's own validation reports it
+    try:
+        parts = urlsplit(value.strip())
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a bad port or IPv6 address
+        ok = False
+    if not ok:
+        raise PydanticCustomError(
+            "url", "expected an http:// or https:// URL such as {example}", {"example": example}
+        )
+    return value.strip()
+
+
+class AuditAnchorConfig(_Section):
+    """Where the audit chain's head goes besides ``audit.anchor`` in the state directory."""
+
+    syslog: bool | str = False
+    """``true``: the local syslog socket; a socket path; or ``host:port`` (UDP)."""
+    url: SecretStr | None = None
+    """Each anchor is POSTed here as JSON, from a thread: a failure never holds up a settle."""
+
+    @field_validator("syslog", mode="before")
+    @classmethod
+    def _check_syslog(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.startswith("/"):
+            host, _, port = value.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise PydanticCustomError(
+                    "syslog",
+                    "expected true, a socket path such as /dev/log, or host:port such as loghost:514",
+                )
+        return value
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _check_url(cls, value: Any) -> Any:
+        return None if value in (None, "") else _http_url(value, "https://logs.example.com/hitl-anchor")
+
+
+class CliConfig(_Section):
+    require_token: bool = False
+    """The answering verbs (answer, approve, deny) go through the running server's HTTP API with the
+    web token instead of writing the database; see docs/security-audit.md for when that separates
+    anything."""
+
+
+class ServerConfig(_Section):
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    public_url: str | None = None
+    """The base URL at which webhooks reach this server; stored without a trailing slash."""
+    state_dir: Path | None = None
+    store: str = "sqlite"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    agent: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+    """An identity for the agent this server serves. A request belongs to the client that asked:
+    this, with the MCP client's ``clientInfo.name``."""
+    audit_anchor: AuditAnchorConfig = Field(default_factory=AuditAnchorConfig)
+    cli: CliConfig = Field(default_factory=CliConfig)
+
+    @field_validator("public_url", mode="before")
+    @classmethod
+    def _check_public_url(cls, value: Any) -> Any:
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str):
+            return value  # the str validation reports it
+        try:
+            parts = urlsplit(value.strip())
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+            ok = ok and not parts.query and not parts.fragment
+        except ValueError:  # a bad port or IPv6 address
+            ok = False
+        if not ok:
+            raise PydanticCustomError(
+                "url", "expected an http:// or https:// base URL such as https://hitl.example.com"
+            )
+        return value.strip().rstrip("/")
+
+    @field_validator("state_dir", mode="before")
+    @classmethod
+    def _empty_state_dir(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @field_validator("store", mode="before")
+    @classmethod
+    def _check_store(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != "sqlite":
+            # no "got": a store URL may carry a password
+            raise PydanticCustomError("store_unsupported", "only 'sqlite' is supported for now")
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_log_level(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.lower() in ("debug", "info", "warning", "error"):
+            return value.lower()
+        return value
+
+
+ChannelList = Annotated[list[str], Field(min_length=1)]
+
+
+class ToolDefaults(_Section):
+    channels: ChannelList = Field(default_factory=lambda: ["web"])
+    timeout: Annotated[float, bounded(1, 30 * DAY)] = DAY
+    """How long the request stays answerable, in seconds."""
+
+
+class NotifyDefaults(_Section):
+    channels: ChannelList = Field(default_factory=lambda: ["web"])
+
+
+class Defaults(_Section):
+    heartbeat_seconds: Annotated[float, bounded(1, 300)] = 10.0
+    max_block_seconds: Annotated[float, bounded(1, DAY)] | None = None
+    ask_user: ToolDefaults = Field(default_factory=lambda: ToolDefaults(channels=["web"], timeout=DAY))
+    request_approval: ToolDefaults = Field(
+        default_factory=lambda: ToolDefaults(channels=["web"], timeout=HOUR)
+    )
+    notify_user: NotifyDefaults = Field(default_factory=lambda: NotifyDefaults(channels=["web"]))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _approval_timeout_default(cls, data: Any) -> Any:
+        # request_approval given without a timeout keeps its own default (1h), not ask_user's (24h)
+        if isinstance(data, dict):
+            block = data.get("request_approval")
+            if isinstance(block, dict) and "timeout" not in block:
+                data = {**data, "request_approval": {**block, "timeout": HOUR}}
+        return data
+
+
+class HostOverride(_Section):
+    budget_seconds: Annotated[float, bounded(1, DAY)]
+    """How long one tool call may block for this host before returning ``pending``."""
+
+
+_CHANNEL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+_CHANNEL_NAME_HELP = "use 1 to 32 of a-z, 0-9, '_' and '-', starting with a letter or a digit"
+_SKIP_CROSS_CHECKS = "hitl_mcp.config.skip_cross_checks"
+
+
+def _default_channels() -> dict[str, ChannelConfig]:
+    """The embedded default: the web inbox, and the host's own window when the client can show a form."""
+    return {"web": web_channel.Config(), "elicitation": elicitation_channel.Config()}
+
+
+def _form_channels(channels: Any) -> list[str]:
+    """The names of the host-form channels in a ``channels`` value (as written, or as built)."""
+    if channels is None:
+        channels = _default_channels()
+    if not isinstance(channels, dict):
+        return []
+    names = []
+    for name, block in channels.items():
+        kind = block.get("type") if isinstance(block, dict) else getattr(block, "type", None)
+        if _is_form(kind):
+            names.append(str(name))
+    return names
+
+
+def _is_form(kind: Any) -> bool:
+    """Whether a channel type is the host's own form (its channel class says so)."""
+    try:
+        return isinstance(kind, str) and channel_module(kind).Channel.is_form
+    except (KeyError, ImportError, AttributeError):  # not a channel type: validation says so
+        return False
+
+
+class Config(_Section):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    defaults: Defaults = Field(default_factory=Defaults)
+    hosts: dict[str, HostOverride] = Field(default_factory=dict)
+    """Per-host overrides, keyed by the MCP ``clientInfo.name``."""
+    channels: dict[str, SerializeAsAny[ChannelConfig]] = Field(default_factory=_default_channels)
+    """Each value is an instance of its channel module's own ``Config`` class."""
+    source: Path | None = Field(default=None, exclude=True)
+    """The file this config came from; None for the embedded default. Not a YAML key."""
+
+    def channel_names(self) -> list[str]:
+        return list(self.channels)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _forms_in_default_lists(cls, data: Any) -> Any:
+        """``ask_user`` and ``request_approval`` without a ``channels`` list of their own go to the
+        web inbox and to every elicitation channel configured (the host's form is offered only
+        when the client can show it)."""
+        if not isinstance(data, dict):
+            return data
+        forms = _form_channels(data.get("channels"))
+        defaults = data.get("defaults")
+        if not forms or not isinstance(defaults, dict | None):
+            return data
+        defaults = dict(defaults or {})
+        for tool in ("ask_user", "request_approval"):
+            block = defaults.get(tool)
+            if isinstance(block, dict | None) and "channels" not in (block or {}):
+                defaults[tool] = {**(block or {}), "channels": ["web", *forms]}
+        return {**data, "defaults": defaults}
+
+    @model_validator(mode="after")
+    def _cross_checks(self, info: ValidationInfo) -> Config:
+        if info.context and info.context.get(_SKIP_CROSS_CHECKS):
+            return self  # parse_config runs them itself, with line numbers
+        problems = _cross_check(self)
+        if problems:
+            path, message = problems[0]
+            raise ValueError(f"{_key_text(path)}: {message}")
+        return self
+
+
+def _cross_check(config: Config, hidden: Collection[KeyPath] = ()) -> list[tuple[KeyPath, str]]:
+    """Channel names that are not valid, and default channel lists that name unknown channels.
+
+    A name at a path in ``hidden`` (it came from the environment) is not repeated in the message."""
+    problems: list[tuple[KeyPath, str]] = []
+    for name in config.channels:
+        if not _CHANNEL_NAME.fullmatch(name):
+            problems.append(
+                (("channels", name), f"channel name {_show(name)} is not valid: {_CHANNEL_NAME_HELP}")
+            )
+    names = list(config.channels)
+    known = f"configured channels: {', '.join(names)}" if names else "no channels are configured"
+    for tool in ("ask_user", "request_approval", "notify_user"):
+        block: ToolDefaults | NotifyDefaults = getattr(config.defaults, tool)
+        for i, name in enumerate(block.channels):
+            path = ("defaults", tool, "channels", i)
+            if name not in config.channels:
+                shown = "(a name from the environment)" if path in hidden else _show(name)
+                problems.append((path, f"unknown channel {shown}; {known}"))
+    return problems
+
+
+_TOP_KEYS = [name for name, f in Config.model_fields.items() if not f.exclude]
