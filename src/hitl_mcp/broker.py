@@ -17,11 +17,12 @@ from typing import Any
 
 import anyio
 
+from hitl_mcp.audit import AuditRow
 from hitl_mcp.channels.base import Channel, Delivery, ResolveResult
 from hitl_mcp.loops import forever, reason
 from hitl_mcp.models import Kind, NotifyResult, Reply, Request, Status, canonical_json, now, payload_sha256
 from hitl_mcp.outbox import Outbox
-from hitl_mcp.store.base import KeyConflict, Store
+from hitl_mcp.store.base import DeliveryRow, KeyConflict, ReplyRow, Store
 
 log = logging.getLogger("hitl_mcp.broker")
 
@@ -391,6 +392,34 @@ class Broker:
     async def caller_left(self, request_id: str, client_name: str | None, waited: float) -> None:
         """The host cancelled the call or went away; the request stays answerable."""
         await self.store.record(request_id, "caller_left", client_name, {"waited_seconds": round(waited, 3)})
+
+    # --- what the web inbox and JSON API read (web/ never reaches into the store) ------------------
+
+    async def list_requests(
+        self, status: Status | None = None, limit: int = 100, before: str | None = None
+    ) -> list[Request]:
+        """Newest first, ``limit`` at most, after the request ``before`` (keyset paging)."""
+        return await self.store.list(status, limit, before)
+
+    async def count_requests(self, status: Status | None = None, before: str | None = None) -> int:
+        return await self.store.count(status, before)
+
+    async def deliveries(self, request_id: str) -> list[DeliveryRow]:
+        return await self.store.deliveries(request_id)
+
+    async def replies(self, request_id: str) -> list[ReplyRow]:
+        return await self.store.replies(request_id)
+
+    async def audit(self, request_id: str) -> list[AuditRow]:
+        return await self.store.audit(request_id)
+
+    async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
+        await self.store.add_session(digest, expires_at, replaces)
+
+    async def session_alive(self, digest: str) -> bool:
+        return await self.store.session_alive(digest)
+
+    # --- end of the web's block ----------------------------------------------------------------------
 
     def _settled(self, request: Request) -> None:
         if request.id in self._waiters:
