@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 
+from hitl_mcp.audit import AuditRow
 from hitl_mcp.channels.base import Channel, Delivery
 from hitl_mcp.errors import BrokerError, NotFound, ReplyInvalid, UnknownChannel
 from hitl_mcp.loops import forever, reason
@@ -32,7 +33,7 @@ from hitl_mcp.models import (
     payload_sha256,
 )
 from hitl_mcp.outbox import Outbox, silent_channels
-from hitl_mcp.store.base import Engine, History, KeyConflict, Store
+from hitl_mcp.store.base import DeliveryRow, Engine, History, KeyConflict, ReplyRow, Store
 from hitl_mcp.wording import already
 
 __all__ = [
@@ -418,6 +419,34 @@ class Broker:
     async def end_sessions(self) -> int:
         """Sign every inbox session out (``hitl-mcp logout --all``); how many there were."""
         return await self.store.end_sessions()
+
+    # --- what the web inbox and JSON API read (web/ never reaches into the store) ------------------
+
+    async def list_requests(
+        self, status: Status | None = None, limit: int = 100, before: str | None = None
+    ) -> list[Request]:
+        """Newest first, ``limit`` at most, after the request ``before`` (keyset paging)."""
+        return await self.history.list(status, limit, before)
+
+    async def count_requests(self, status: Status | None = None, before: str | None = None) -> int:
+        return await self.history.count(status, before)
+
+    async def deliveries(self, request_id: str) -> list[DeliveryRow]:
+        return await self.history.deliveries(request_id)
+
+    async def replies(self, request_id: str) -> list[ReplyRow]:
+        return await self.history.replies(request_id)
+
+    async def audit(self, request_id: str) -> list[AuditRow]:
+        return await self.history.audit(request_id)
+
+    async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
+        await self.store.add_session(digest, expires_at, replaces)
+
+    async def session_alive(self, digest: str) -> bool:
+        return await self.store.session_alive(digest)
+
+    # --- end of the web's block ----------------------------------------------------------------------
 
     def _settled(self, request: Request) -> None:
         if request.id in self._waiters:

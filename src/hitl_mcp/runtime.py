@@ -11,16 +11,12 @@ import contextlib
 import logging
 import os
 import sqlite3
-from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Literal
 
 import anyio
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
-from starlette.routing import BaseRoute, Mount, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hitl_mcp.broker import AskDefaults, Broker
 from hitl_mcp.channels import channel_module
@@ -28,7 +24,6 @@ from hitl_mcp.channels.base import Channel
 from hitl_mcp.config import Config
 from hitl_mcp.host_forms import Linking
 from hitl_mcp.models import Kind
-from hitl_mcp.net import is_loopback
 from hitl_mcp.server import Settings, build_server
 from hitl_mcp.store.base import StoreError
 from hitl_mcp.web.auth import TokenFileUnsafe, WebAuth, configured_web_auth
@@ -166,93 +161,10 @@ class Runtime:
                         await channel.close()
                 await store.close()
 
-    def channel_routes(self) -> list[BaseRoute]:
-        """Each channel's webhook routes under ``/webhooks/<name>``; built without the broker."""
-        routes: list[BaseRoute] = []
-        per_type = Counter(cfg.type for cfg in self.config.channels.values())
-        for name, cfg in self.config.channels.items():
-            cls = channel_module(cfg.type).Channel
-            if cls.routes is Channel.routes:
-                continue
-            lazy = _LazyRoutes(self, name).routes()
-            routes.append(Mount(f"/webhooks/{name}", routes=lazy))
-            alias = cls.webhook_alias
-            if alias and alias != name and per_type[cfg.type] == 1 and alias not in self.config.channels:
-                routes.append(Mount(f"/webhooks/{alias}", routes=lazy))
-        return routes
-
     def http_app(
         self, mcp: MCPServer | None, transport: Transport, host: str, port: int | None = None
     ) -> Starlette:
-        """The one HTTP app. ``port`` is the bound port: on loopback, the Host and Origin a request
-        may name (None, for an app served in process without a socket: any port of those names)."""
-        from mcp.server.transport_security import TransportSecuritySettings
+        """The one HTTP app (``web/app.py``), for this runtime's config, broker and web token."""
+        from hitl_mcp.web.app import build_app
 
-        from hitl_mcp.web.api import api_routes, healthz
-        from hitl_mcp.web.limits import BodyLimit
-        from hitl_mcp.web.rebinding import Allowed, HostCheck
-
-        routes: list[BaseRoute] = [Route("/healthz", healthz, methods=["GET"])]
-        routes += api_routes(self.broker, self.auth, self.web_channel, self.config.server.public_url)
-        routes += self.channel_routes()
-        lifespan = None
-        # on loopback, HostCheck (below) checks Host and Origin for every route, MCP's included, with
-        # the bound port and public_url: the SDK's own check (three fixed names, any port) stands aside
-        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-        if mcp is not None and transport == "http":
-            inner = mcp.streamable_http_app(host=host, transport_security=security)
-            routes += [_guard(r, self.auth, host) for r in inner.routes]
-
-            @contextlib.asynccontextmanager
-            async def lifespan(_: Starlette) -> AsyncIterator[None]:
-                async with mcp.session_manager.run():
-                    yield
-
-        elif mcp is not None and transport == "sse":
-            inner = mcp.sse_app(host=host, transport_security=security)
-            routes += [_guard(r, self.auth, host) for r in inner.routes]
-        app = Starlette(routes=routes, lifespan=lifespan)
-        app.add_middleware(BodyLimit, max_bytes=self.config.server.http.max_body_bytes)
-        if is_loopback(host):  # added last: it runs first
-            app.add_middleware(HostCheck, allowed=Allowed.for_bind(host, port, self.config.server.public_url))
-        return app
-
-
-class _LazyRoutes:
-    """A channel's routes, taken from the live channel once the broker is up."""
-
-    def __init__(self, runtime: Runtime, name: str) -> None:
-        self.runtime = runtime
-        self.name = name
-        self._app: Starlette | None = None
-
-    def routes(self) -> list[BaseRoute]:
-        async def app(scope: Scope, receive: Receive, send: Send) -> None:
-            if self._app is None:
-                broker = await self.runtime.broker()
-                self._app = Starlette(routes=broker.channels[self.name].routes())
-            await self._app(scope, receive, send)
-
-        return [Mount("/", app=app)]
-
-
-def _guard(route: BaseRoute, auth: WebAuth, host: str) -> BaseRoute:
-    """Off loopback, MCP itself needs the web token too."""
-    if is_loopback(host):
-        return route
-    inner_app: ASGIApp | None = getattr(route, "app", None)
-    if inner_app is None:
-        return route
-
-    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
-        from starlette.requests import HTTPConnection
-
-        if scope["type"] == "http" and not auth.bearer_ok(HTTPConnection(scope)):
-            from hitl_mcp.web.api import error
-
-            await error(401, "missing or wrong bearer token")(scope, receive, send)
-            return
-        await inner_app(scope, receive, send)
-
-    route.app = guarded  # type: ignore[attr-defined]
-    return route
+        return build_app(self.config, self.broker, self.auth, self.web_channel, mcp, transport, host, port)

@@ -11,8 +11,6 @@ links, the call also offers the request in the host's own window (``host_forms.p
 from __future__ import annotations
 
 import logging
-import os
-import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -40,6 +38,7 @@ from hitl_mcp.host_forms import (
 from hitl_mcp.hosts import host_budget
 from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json, client_identity
 from hitl_mcp.results import describe, describe_notification, format_duration, to_outcome
+from hitl_mcp.signing import SecretFile
 from hitl_mcp.store.base import StoreError
 
 log = logging.getLogger("hitl_mcp.server")
@@ -405,31 +404,7 @@ def call_budget(ctx: Context, settings: Settings, wait_seconds: float | None) ->
 def request_state_key(state_dir: Path) -> bytes:
     """The key that seals 2026-07-28 round-trip state, kept in the state directory (mode 0600) so a
     retry survives a restart and every process sharing the directory accepts it."""
-    path = state_dir / STATE_KEY_FILE
-    try:
-        key = path.read_text().strip()
-    except FileNotFoundError:
-        key = ""
-    if len(key) >= 64:
-        if path.stat().st_mode & 0o077:
-            path.chmod(0o600)
-        return key.encode()
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fresh = path.with_name(f".{STATE_KEY_FILE}.{secrets.token_hex(4)}")
-    fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secrets.token_hex(32) + "\n")
-    try:
-        if key:  # present but unusable: replace it
-            os.replace(fresh, path)
-        else:  # link, not rename: when two servers start at once, the first key wins
-            try:
-                os.link(fresh, path)
-            except FileExistsError:
-                pass
-    finally:
-        fresh.unlink(missing_ok=True)
-    return path.read_text().strip().encode()
+    return SecretFile(state_dir, STATE_KEY_FILE, holds="the key to round-trip state").get().encode()
 
 
 def result(outcome: Outcome, request: Request) -> CallToolResult:

@@ -26,7 +26,7 @@ from hitl_mcp.web.auth import login_link
 from hitl_mcp.web.deadline import DEFAULT_HEADER_TIMEOUT, with_header_deadline
 
 # imported when first needed, so that over stdio `initialize` is answered before they load
-SIDE_MODULES = ("uvicorn", "aiosqlite", "hitl_mcp.store.sqlite", "hitl_mcp.web.api", "hitl_mcp.web.limits")
+SIDE_MODULES = ("uvicorn", "aiosqlite", "hitl_mcp.store.sqlite", "hitl_mcp.web.app", "hitl_mcp.web.limits")
 
 #: over stdio, how long the side work (store, channels, inbox) may wait for a first tool call
 SIDE_WORK_GRACE = 1.0

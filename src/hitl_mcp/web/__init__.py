@@ -1,12 +1,15 @@
 """The one Starlette app: JSON API, inbox pages, live events, webhook routes and, over HTTP, MCP itself.
 
-``api.py`` is the JSON API; ``pages.py`` the server-rendered inbox (Jinja2 templates and the static
-shell under ``templates/`` and ``static/``); ``events.py`` the ``/events`` stream that keeps a page live;
-``views.py`` the pure helpers the pages use; ``pagekit.py`` the templates, headers and form reading
-every page shares; ``auth.py`` the web token; ``sessions.py`` inbox sessions and their CSRF tokens (the
-sign-in form's too); ``signin.py`` ``/login`` and URL-mode links; ``throttle.py`` the limit on wrong
-tokens; ``rebinding.py`` the Host and Origin
-checks on loopback; ``limits.py`` and ``deadline.py`` bounds on bodies and on slow request headers.
+``app.py`` builds the app (routes, middleware, the error handler); ``deps.py`` is what endpoints
+share on ``app.state.web`` and ``requires``, the auth they declare; ``errors.py`` the ``Problem`` they
+raise. ``api.py`` is the JSON API and ``replies.py`` the JSON a reply answers with (the API's and the
+forms' alike); ``pages.py`` the server-rendered inbox (Jinja2 templates and the static shell under
+``templates/`` and ``static/``); ``pwa.py`` the manifest and service worker; ``events.py`` the
+``/events`` stream that keeps a page live; ``views.py`` the pure helpers the pages use; ``pagekit.py``
+the templates, headers and form reading every page shares; ``auth.py`` the web token; ``sessions.py``
+inbox sessions and their CSRF tokens (the sign-in form's too); ``signin.py`` ``/login`` and URL-mode
+links; ``throttle.py`` the limit on wrong tokens; ``rebinding.py`` the Host and Origin checks on
+loopback; ``limits.py`` and ``deadline.py`` bounds on bodies and on slow request headers.
 """
 
 WEB_RESPONDER = "web inbox user"

@@ -15,17 +15,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 from starlette.requests import Request as HttpRequest
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from hitl_mcp.broker import Broker
-from hitl_mcp.web.sessions import Sessions
+from hitl_mcp.web.deps import requires, web
 
 PING_SECONDS = 15.0
 RETRY_MS = 2000
 BACKLOG = 256
-
-GetBroker = Callable[[], Awaitable[Broker]]
 
 
 def sse(event: str, data: object) -> str:
@@ -74,19 +72,19 @@ class Subscription:
             unsubscribe()
 
 
-def event_routes(get_broker: GetBroker, sessions: Sessions) -> list[Route]:
-    async def events(http: HttpRequest) -> Response:
-        if await sessions.read(http) is None:
-            return JSONResponse({"error": "missing or wrong web token"}, status_code=401)
-        broker = await get_broker()
+@requires(api=True)
+async def events(http: HttpRequest) -> Response:
+    deps = web(http)
+    broker = await deps.broker()
 
-        async def allowed() -> bool:
-            return await sessions.read(http) is not None
+    async def allowed() -> bool:
+        return await deps.sessions.read(http) is not None
 
-        return StreamingResponse(
-            Subscription().stream(broker, allowed),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        )
+    return StreamingResponse(
+        Subscription().stream(broker, allowed),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
 
-    return [Route("/events", events, methods=["GET"])]
+
+routes = [Route("/events", events, methods=["GET"])]

@@ -10,21 +10,15 @@ processes: a ``first_seen`` row) and leads to the request's page.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import re
-import secrets
 from dataclasses import dataclass
 
 from hitl_mcp.models import now
+from hitl_mcp.signing import Signer, b64url, derive_key, unb64url
 from hitl_mcp.web.auth import WebAuth
 
 LINK_PATH = "/link/{token}"
 #: the state channel under which spent links are remembered
 SPENT = "link"
-
-_SIG = re.compile(r"[A-Za-z0-9_-]{22}")
 
 
 @dataclass(frozen=True)
@@ -50,42 +44,23 @@ class RequestLinks:
     """Issues and reads links; the key is derived from the web token."""
 
     def __init__(self, auth: WebAuth) -> None:
-        self._key = hmac.new(auth.token.encode(), b"request-links", hashlib.sha256).digest()
-
-    def _sign(self, payload: str) -> str:
-        return _b64(hmac.new(self._key, f"link\n{payload}".encode(), hashlib.sha256).digest()[:16])
+        self._signer = Signer(derive_key(auth.token, "request-links"), "link")
 
     def issue(self, request_id: str, channel: str, responder: str, expires: float) -> str:
         """A link token for one request, good until ``expires`` (epoch seconds) and for one opening."""
-        payload = ".".join(
-            (
-                request_id,
-                _b64(channel.encode()),
-                _b64(responder.encode()),
-                str(int(expires)),
-                secrets.token_urlsafe(9),
-            )
+        return self._signer.issue(
+            request_id, b64url(channel.encode()), b64url(responder.encode()), str(int(expires))
         )
-        return f"{payload}.{self._sign(payload)}"
 
     def read(self, token: str) -> Link | None:
         """The link a token stands for, or None when it is malformed or its signature is wrong."""
-        payload, _, sig = token.rpartition(".")
-        parts = payload.split(".")
-        if len(parts) != 5 or not _SIG.fullmatch(sig):
-            return None
-        if not hmac.compare_digest(self._sign(payload), sig):
+        parts = self._signer.read(token, 4)
+        if parts is None:
             return None
         request_id, channel, responder, expires, nonce = parts
         try:
-            return Link(request_id, _unb64(channel).decode(), _unb64(responder).decode(), int(expires), nonce)
+            return Link(
+                request_id, unb64url(channel).decode(), unb64url(responder).decode(), int(expires), nonce
+            )
         except (ValueError, UnicodeDecodeError):
             return None
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

@@ -103,16 +103,11 @@ class Sessions:
         """The CSRF token for a sign-in form: the nonce the browser already holds, or a new one."""
         held = conn.cookies.get(cookie_name(conn, SIGNIN_COOKIE), "")
         nonce = held if 16 <= len(held) <= MAX_ID_LENGTH else secrets.token_urlsafe(24)
-        return SigninForm(self._signin_mac(nonce), nonce, new=nonce != held)
+        return SigninForm(self.auth.signer("signin").hexmac(nonce), nonce, new=nonce != held)
 
     def signin_csrf_ok(self, conn: HTTPConnection, sent: str | None) -> bool:
         held = conn.cookies.get(cookie_name(conn, SIGNIN_COOKIE), "")
-        if not sent or not 16 <= len(held) <= MAX_ID_LENGTH:
-            return False
-        return hmac.compare_digest(str(sent).encode(), self._signin_mac(held).encode())
-
-    def _signin_mac(self, nonce: str) -> str:
-        return hmac.new(self.auth.token.encode(), f"signin\n{nonce}".encode(), hashlib.sha256).hexdigest()
+        return 16 <= len(held) <= MAX_ID_LENGTH and self.auth.signer("signin").check_hex(sent, held)
 
     async def read(self, conn: HTTPConnection) -> Access | None:
         """The bearer token, else a live session; None for anyone else. Kept on ``conn.state``."""
@@ -123,7 +118,7 @@ class Sessions:
             session_id = conn.cookies.get(cookie_name(conn))
             if session_id and len(session_id) <= MAX_ID_LENGTH:
                 broker = await self.get_broker()
-                if await broker.store.session_alive(digest(session_id)):
+                if await broker.session_alive(digest(session_id)):
                     access = Access(False, session_id, self.auth.csrf_for(session_id))
         conn.state.access = access
         return access
@@ -134,7 +129,7 @@ class Sessions:
         held = conn.cookies.get(name)
         session_id = secrets.token_urlsafe(32)
         broker = await self.get_broker()
-        await broker.store.add_session(
+        await broker.add_session(
             digest(session_id), now() + self.auth.session_ttl, replaces=digest(held) if held else None
         )
         response.set_cookie(

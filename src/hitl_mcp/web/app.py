@@ -1,0 +1,148 @@
+"""The one Starlette app: its routes, what its endpoints share, how errors are rendered, and the
+middleware around it (body limit; Host and Origin on loopback; over HTTP, MCP itself).
+
+``build_app`` is all the runtime calls. The endpoints find what they need on ``app.state.web``
+(``deps.Web``); a ``Problem`` an endpoint raises is answered here, as JSON or as a page.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Literal
+
+from starlette.applications import Starlette
+from starlette.requests import HTTPConnection
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from hitl_mcp.broker import Broker
+from hitl_mcp.channels import channel_module
+from hitl_mcp.channels.base import Channel
+from hitl_mcp.net import is_loopback
+from hitl_mcp.web import api, events, pages, pwa, signin
+from hitl_mcp.web.auth import WebAuth
+from hitl_mcp.web.deps import Web, page_context
+from hitl_mcp.web.errors import Problem, SignedOut
+from hitl_mcp.web.links import RequestLinks
+from hitl_mcp.web.pagekit import render, wants_json
+from hitl_mcp.web.sessions import Sessions
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+    from hitl_mcp.config import Config
+
+Transport = Literal["stdio", "sse", "http"]
+GetBroker = Callable[[], Awaitable[Broker]]
+
+
+async def render_problem(http: HttpRequest, exc: Exception) -> Response:
+    """JSON for the API and for whoever asks for it (``Accept: application/json``), else a page."""
+    assert isinstance(exc, Problem)
+    if isinstance(exc, SignedOut) and not exc.api:
+        return signin.signed_out(http, http.app.state.web.sessions, then=exc.then)
+    if exc.api or wants_json(http):
+        return JSONResponse(
+            {"ok": False, "error": exc.message, **exc.extra}, status_code=exc.status_code, headers=exc.headers
+        )
+    context = {"title": exc.title, "message": exc.message, "request_id": exc.request_id, **exc.context}
+    return render(exc.template, exc.html_status, **context, **await page_context(http, exc.page))
+
+
+def build_app(
+    config: Config,
+    get_broker: GetBroker,
+    auth: WebAuth,
+    web_channel: str,
+    mcp: MCPServer | None,
+    transport: Transport,
+    host: str,
+    port: int | None = None,
+) -> Starlette:
+    """The one HTTP app. ``port`` is the bound port: on loopback, the Host and Origin a request
+    may name (None, for an app served in process without a socket: any port of those names)."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from hitl_mcp.web.limits import BodyLimit
+    from hitl_mcp.web.rebinding import Allowed, HostCheck
+
+    public_url = config.server.public_url
+    routes: list[BaseRoute] = [Route("/healthz", api.healthz, methods=["GET"])]
+    routes += api.routes + signin.routes + pages.routes + pwa.routes + events.routes
+    routes += channel_routes(config, get_broker)
+    lifespan = None
+    # on loopback, HostCheck (below) checks Host and Origin for every route, MCP's included, with
+    # the bound port and public_url: the SDK's own check (three fixed names, any port) stands aside
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    if mcp is not None and transport == "http":
+        inner = mcp.streamable_http_app(host=host, transport_security=security)
+        routes += [_guard(r, auth, host) for r in inner.routes]
+
+        @contextlib.asynccontextmanager
+        async def lifespan(_: Starlette) -> AsyncIterator[None]:
+            async with mcp.session_manager.run():
+                yield
+
+    elif mcp is not None and transport == "sse":
+        inner = mcp.sse_app(host=host, transport_security=security)
+        routes += [_guard(r, auth, host) for r in inner.routes]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Problem: render_problem})
+    app.state.web = Web(get_broker, Sessions(auth, get_broker, public_url), web_channel, RequestLinks(auth))
+    app.add_middleware(BodyLimit, max_bytes=config.server.http.max_body_bytes)
+    if is_loopback(host):  # added last: it runs first
+        app.add_middleware(HostCheck, allowed=Allowed.for_bind(host, port, public_url))
+    return app
+
+
+def channel_routes(config: Config, get_broker: GetBroker) -> list[BaseRoute]:
+    """Each channel's webhook routes under ``/webhooks/<name>``; built without the broker."""
+    routes: list[BaseRoute] = []
+    per_type = Counter(cfg.type for cfg in config.channels.values())
+    for name, cfg in config.channels.items():
+        cls = channel_module(cfg.type).Channel
+        if cls.routes is Channel.routes:
+            continue
+        lazy = [Mount("/", app=LazyRoutes(get_broker, name))]
+        routes.append(Mount(f"/webhooks/{name}", routes=lazy))
+        alias = cls.webhook_alias
+        if alias and alias != name and per_type[cfg.type] == 1 and alias not in config.channels:
+            routes.append(Mount(f"/webhooks/{alias}", routes=lazy))
+    return routes
+
+
+class LazyRoutes:
+    """A channel's routes, taken from the live channel once the broker is up."""
+
+    def __init__(self, get_broker: GetBroker, name: str) -> None:
+        self.get_broker = get_broker
+        self.name = name
+        self._app: Starlette | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._app is None:
+            broker = await self.get_broker()
+            self._app = Starlette(routes=broker.channels[self.name].routes())
+        await self._app(scope, receive, send)
+
+
+def _guard(route: BaseRoute, auth: WebAuth, host: str) -> BaseRoute:
+    """Off loopback, MCP itself needs the web token too."""
+    if is_loopback(host):
+        return route
+    inner_app: ASGIApp | None = getattr(route, "app", None)
+    if inner_app is None:
+        return route
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not auth.bearer_ok(HTTPConnection(scope)):
+            refused = JSONResponse({"error": "missing or wrong bearer token"}, status_code=401)
+            await refused(scope, receive, send)
+            return
+        await inner_app(scope, receive, send)
+
+    route.app = guarded  # type: ignore[attr-defined]
+    return route
