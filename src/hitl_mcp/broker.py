@@ -17,8 +17,8 @@ from typing import Any
 
 import anyio
 
-from hitl_mcp.audit import AuditRow
-from hitl_mcp.channels.base import Channel, Delivery
+from hitl_mcp.broker_views import BrokerViews
+from hitl_mcp.channels.base import Channel
 from hitl_mcp.errors import BrokerError, NotFound, ReplyInvalid, UnknownChannel
 from hitl_mcp.loops import forever, reason
 from hitl_mcp.models import (
@@ -33,7 +33,8 @@ from hitl_mcp.models import (
     payload_sha256,
 )
 from hitl_mcp.outbox import Outbox, silent_channels
-from hitl_mcp.store.base import DeliveryRow, Engine, History, KeyConflict, ReplyRow, Store
+from hitl_mcp.outcomes import check_reply, expiry_outcome
+from hitl_mcp.store.base import Engine, History, KeyConflict, Store
 from hitl_mcp.wording import already
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "ReplyInvalid",
     "UnknownChannel",
     "check_reply",
+    "expiry_outcome",
 ]
 
 log = logging.getLogger("hitl_mcp.broker")
@@ -94,7 +96,7 @@ class AskDefaults:
 OnTick = Callable[[float], Awaitable[None]]
 
 
-class Broker:
+class Broker(BrokerViews):
     def __init__(
         self,
         store: Engine,
@@ -317,54 +319,12 @@ class Broker:
                     del self._waiters[request_id]
                     self._just_settled.pop(request_id, None)
 
-    async def get(self, request_id: str) -> Request | None:
-        return await self.store.get(request_id)
-
     async def undelivered(self, request_id: str) -> list[dict[str, str]]:
         """When every channel failed to deliver the request, why each failed; else empty."""
         rows = [d for d in await self.store.deliveries(request_id) if d.action == "deliver"]
         if rows and all(d.status == "failed" for d in rows):
             return [{"channel": d.channel, "error": d.error or "failed"} for d in rows]
         return []
-
-    # --- the hub channels use ----------------------------------------------------------------
-
-    async def open_requests(self, channel: str) -> list[tuple[Request, Delivery]]:
-        return [
-            (request, Delivery(ref=row.ref, detail=row.detail))
-            for request, row in await self.store.open_deliveries(channel)
-        ]
-
-    async def find_by_ref(self, channel: str, ref: str) -> Request | None:
-        return await self.store.find_by_ref(channel, ref)
-
-    async def state_get(self, channel: str, key: str) -> str | None:
-        return await self.store.get_state(channel, key)
-
-    async def state_set(self, channel: str, key: str, value: str) -> None:
-        await self.store.set_state(channel, key, value)
-
-    async def first_seen(self, channel: str, external_id: str) -> bool:
-        return await self.store.first_seen(channel, external_id)
-
-    async def record(
-        self, request_id: str | None, event: str, actor: str | None, data: dict[str, Any]
-    ) -> None:
-        await self.store.record(request_id, event, actor, data)
-
-    async def get_or_raise(self, request_id: str) -> Request:
-        request = await self.store.get(request_id)
-        if request is None:
-            raise NotFound(f"no request with id {request_id!r}")
-        return request
-
-    async def owned(self, request_id: str, owner: str) -> Request:
-        """The request, if it belongs to ``owner``; for anyone else it does not exist (no
-        "forbidden", which would confirm the id)."""
-        request = await self.store.get(request_id)
-        if request is None or request.owner != owner or request.kind == Kind.NOTIFICATION:
-            raise NotFound(f"no question or approval with id {request_id!r}")
-        return request
 
     # --- settling --------------------------------------------------------------------------
 
@@ -414,40 +374,6 @@ class Broker:
         """The host cancelled the call or went away; the request stays answerable."""
         await self.store.record(request_id, "caller_left", client_name, {"waited_seconds": round(waited, 3)})
 
-    # --- for people's tools (the CLI): what is not a request's life ---------------------------
-
-    async def end_sessions(self) -> int:
-        """Sign every inbox session out (``hitl-mcp logout --all``); how many there were."""
-        return await self.store.end_sessions()
-
-    # --- what the web inbox and JSON API read (web/ never reaches into the store) ------------------
-
-    async def list_requests(
-        self, status: Status | None = None, limit: int = 100, before: str | None = None
-    ) -> list[Request]:
-        """Newest first, ``limit`` at most, after the request ``before`` (keyset paging)."""
-        return await self.history.list(status, limit, before)
-
-    async def count_requests(self, status: Status | None = None, before: str | None = None) -> int:
-        return await self.history.count(status, before)
-
-    async def deliveries(self, request_id: str) -> list[DeliveryRow]:
-        return await self.history.deliveries(request_id)
-
-    async def replies(self, request_id: str) -> list[ReplyRow]:
-        return await self.history.replies(request_id)
-
-    async def audit(self, request_id: str) -> list[AuditRow]:
-        return await self.history.audit(request_id)
-
-    async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
-        await self.store.add_session(digest, expires_at, replaces)
-
-    async def session_alive(self, digest: str) -> bool:
-        return await self.store.session_alive(digest)
-
-    # --- end of the web's block ----------------------------------------------------------------------
-
     def _settled(self, request: Request) -> None:
         if request.id in self._waiters:
             self._just_settled[request.id] = request
@@ -455,40 +381,3 @@ class Broker:
         silent = silent_channels(self.channels)
         if any(name not in silent for name in request.channels):
             self.outbox.kick()  # a retraction may be queued
-
-
-def expiry_outcome(request: Request) -> dict[str, Any]:
-    """The outcome an expiry writes: an approval is not approved, a question takes its default answer."""
-    if request.kind == Kind.APPROVAL:
-        return {"approved": False}
-    return {"answer": request.default_answer}
-
-
-def check_reply(request: Request, reply: Reply) -> dict[str, Any]:
-    """The outcome a reply gives this request, or ``ReplyInvalid`` saying why it does not fit."""
-    comment = (reply.comment or "").strip() or None
-    if request.kind == Kind.APPROVAL:
-        if reply.choice is not None or reply.text is not None:
-            raise ReplyInvalid("an approval takes a decision (approve or deny) and an optional comment")
-        if reply.decision not in ("approve", "deny"):
-            raise ReplyInvalid("an approval needs a decision: approve or deny")
-        return {"approved": reply.decision == "approve", "comment": comment}
-    if request.kind != Kind.QUESTION:
-        raise ReplyInvalid("a notification takes no reply")
-    if reply.decision is not None:
-        raise ReplyInvalid("a question takes text or a choice, not a decision")
-    choices = request.choices or []
-    if reply.choice is not None:
-        if reply.choice not in choices:
-            offered = ", ".join(map(repr, choices)) if choices else "none were offered"
-            raise ReplyInvalid(f"choice {reply.choice!r} was not offered; choices: {offered}")
-        return {"answer": reply.choice, "choice": reply.choice, "comment": comment}
-    text = (reply.text or "").strip()
-    if not text:
-        raise ReplyInvalid("the answer is empty: send text" + (" or a choice" if choices else ""))
-    matching = [c for c in choices if c.casefold() == text.casefold()]
-    if matching:
-        return {"answer": matching[0], "choice": matching[0], "comment": comment}
-    if not request.allow_free_text:
-        raise ReplyInvalid(f"pick one of the choices: {', '.join(map(repr, choices))}")
-    return {"answer": text, "comment": comment}

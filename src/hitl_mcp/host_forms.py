@@ -30,10 +30,8 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import anyio
 from mcp.server.mcpserver import Context
@@ -44,28 +42,31 @@ from mcp.types import (
     ElicitResult,
     InputRequiredResult,
 )
-from mcp_types.version import is_version_at_least
 
 from hitl_mcp.broker import Broker, ReplyInvalid
+from hitl_mcp.call_context import INPUT_REQUIRED_VERSION as INPUT_REQUIRED_VERSION  # re-exported
+from hitl_mcp.call_context import (
+    FormState,
+    Mode,
+    client_name,
+    form_state,
+    is_modern,
+    responder,
+    session_key,
+)
 from hitl_mcp.channels import elicitation
-from hitl_mcp.models import Kind, Request, now
-from hitl_mcp.web.links import LINK_PATH, RequestLinks
+from hitl_mcp.host_window import LINK_TTL as LINK_TTL  # re-exported
+from hitl_mcp.host_window import Linking, link_message, render_form
+from hitl_mcp.models import Request
 
 log = logging.getLogger("hitl_mcp.server")
 
-#: the first protocol version whose tool calls carry a form inside an ``InputRequiredResult``
-INPUT_REQUIRED_VERSION = "2026-07-28"
 #: the key of our form in an ``InputRequiredResult``
 FORM_KEY = "hitl-mcp:form"
 #: how often the form is shown again after an answer that does not fit, within one call
 FORM_ATTEMPTS = 3
-#: the longest a link to the inbox stays valid (less when the request expires sooner)
-LINK_TTL = 86400.0
 
-Mode = Literal["form", "url"]
 Tick = Callable[[float], Awaitable[None]]
-
-ProcessSession = uuid.uuid4().hex
 
 
 @dataclass(frozen=True)
@@ -79,25 +80,13 @@ class Offer:
 
 
 @dataclass(frozen=True)
-class FormState:
-    """Our plaintext inside the sealed ``request_state`` of a 2026-07-28 round trip."""
+class Waiting:
+    """How a call's wait ended: the request as it then stands, how long the call waited, and who
+    could not be reached (empty unless nobody could)."""
 
-    request_id: str
-    attempt: int
-    mode: Mode = "form"
-
-
-@dataclass(frozen=True)
-class Linking:
-    """Where links point: the inbox's address as the person's browser reaches it, and the signer."""
-
-    inbox_url: str
-    links: RequestLinks
-
-    def url(self, request: Request, channel: str, who: str) -> str:
-        expires = min(request.expires_at or now() + LINK_TTL, now() + LINK_TTL)
-        token = self.links.issue(request.id, channel, who, expires)
-        return self.inbox_url.rstrip("/") + LINK_PATH.format(token=token)
+    request: Request
+    seconds: float
+    undelivered: list[dict[str, str]]
 
 
 class HostForms:
@@ -190,6 +179,48 @@ class HostForms:
             self.told.clear()
         self.told.add(key)
         log.info("hitl-mcp: the host's form is skipped for %s: %s", client_name(ctx) or "this client", reason)
+
+    async def wait(
+        self, ctx: Context, broker: Broker, request: Request, budget: float, tick: Tick
+    ) -> Waiting | InputRequiredResult:
+        """The call's wait, up to ``budget`` seconds, with the host's window where it can show the
+        request: raced against the other channels (handshake era), or returned as the form to fill in
+        (2026-07-28), whose retry is settled here first. ``tick(elapsed)`` reports progress."""
+        answered_here = False
+        state = form_state(ctx)
+        if state is not None and state.request_id == request.id:
+            # 2026-07-28: the retry that carries the host form's answer
+            answered_here = True
+            note = await self.settle_input(ctx, broker, request, state)
+            request = await broker.get_or_raise(request.id)
+            if note is not None and request.is_open and state.attempt + 1 < FORM_ATTEMPTS:
+                channel = self.channel_of(broker, request)
+                if channel is not None:
+                    again = Offer(channel=channel, mode=state.mode)
+                    return await self.ask_in_result(ctx, broker, request, again, state.attempt + 1, note)
+        offer = Offer() if answered_here else await self.offer(ctx, broker, request, budget)
+        if offer.channel is not None and is_modern(ctx):
+            return await self.ask_in_result(ctx, broker, request, offer, 0, None)
+        undelivered: list[dict[str, str]] = []
+        if offer.skipped is not None and self.only_form(broker, request):
+            # nobody else has the request and this host cannot show it: waiting would be pointless
+            budget = 0.0
+            undelivered = [{"channel": name, "error": offer.skipped} for name in request.channels]
+        started = anyio.current_time()
+        try:
+            if request.is_open and budget > 0:
+                await tick(0.0)
+            if offer.channel is not None:
+                request = await self.race(ctx, broker, request, offer, budget, tick)
+            else:
+                request = await broker.wait(request.id, budget, tick, self.heartbeat_seconds)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await broker.caller_left(request.id, client_name(ctx), anyio.current_time() - started)
+            raise
+        if request.is_open and not undelivered:
+            undelivered = await broker.undelivered(request.id)
+        return Waiting(request, anyio.current_time() - started, undelivered)
 
     async def race(
         self, ctx: Context, broker: Broker, request: Request, offer: Offer, budget: float, tick: Tick
@@ -345,66 +376,9 @@ class HostForms:
         return await self.settle(broker, request, channel, answer, responder(ctx), state.mode)
 
 
-def link_message(request: Request, channel: str) -> str:
-    others = [n for n in request.channels if n != channel]
-    also = f"\n\nAlso sent via {', '.join(others)}; the first answer counts." if others else ""
-    return (
-        f"Open this request in the hitl-mcp inbox to answer it (sign in if asked; the link works once):"
-        f"\n{request.text}{also}"
-    )
-
-
 def _declined_key(request_id: str) -> str:
     return f"declined:{request_id}"
 
 
 def _linked_key(request_id: str) -> str:
     return f"linked:{request_id}"
-
-
-def form_state(ctx: Context) -> FormState | None:
-    """Our state from a 2026-07-28 retry; the SDK has unsealed (and so authenticated) it."""
-    raw = ctx.request_state
-    if raw is None:
-        return None
-    try:
-        data = json.loads(raw)
-        if data.get("v") != 1:
-            return None
-        mode: Mode = "url" if data.get("m") == "url" else "form"
-        return FormState(str(data["r"]), int(data["a"]), mode)
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
-
-
-def is_modern(ctx: Context) -> bool:
-    version = ctx.protocol_version
-    return version is not None and is_version_at_least(version, INPUT_REQUIRED_VERSION)
-
-
-def render_form(broker: Broker, request: Request, channel: str) -> elicitation.Form:
-    others = [n for n in request.channels if n != channel]
-    can_approve = request.kind != Kind.APPROVAL or broker.channels[channel].may_approve(request.risk)
-    return elicitation.render(request, others, can_approve)
-
-
-def responder(ctx: Context) -> str:
-    """Who answered in the host's form: the client that drew it, never a name it picks for a person."""
-    return f"host form ({client_name(ctx) or 'unnamed client'})"
-
-
-def client_name(ctx: Context) -> str | None:
-    params = ctx.session.client_params
-    return params.client_info.name if params is not None else None
-
-
-def session_key(ctx: Context) -> str:
-    """Which MCP session a call belongs to: the connection, else the HTTP session, else the process."""
-    connection = getattr(ctx.session, "_connection", None)
-    state = getattr(connection, "state", None)
-    if isinstance(state, dict):
-        return "conn:" + state.setdefault("hitl_session", uuid.uuid4().hex)
-    headers = ctx.headers
-    if headers is not None and headers.get("mcp-session-id"):
-        return "http:" + headers["mcp-session-id"]
-    return "proc:" + ProcessSession

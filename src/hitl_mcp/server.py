@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools.base import Tool
@@ -25,16 +24,7 @@ from pydantic import Field
 
 from hitl_mcp import __version__, tool_args
 from hitl_mcp.broker import AskSpec, Broker, BrokerError
-from hitl_mcp.host_forms import (
-    FORM_ATTEMPTS,
-    HostForms,
-    Linking,
-    Offer,
-    client_name,
-    form_state,
-    is_modern,
-    session_key,
-)
+from hitl_mcp.host_forms import HostForms, Linking, client_name, form_state, session_key
 from hitl_mcp.hosts import host_budget
 from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json, client_identity
 from hitl_mcp.results import describe, describe_notification, format_duration, to_outcome
@@ -153,27 +143,6 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
 
     async def waited(ctx: Context, request: Request, wait_seconds: float | None) -> Waited:
         broker = await get_broker()
-        answered_here = False
-        state = form_state(ctx)
-        if state is not None and state.request_id == request.id:
-            # 2026-07-28: the retry that carries the host form's answer
-            answered_here = True
-            note = await forms.settle_input(ctx, broker, request, state)
-            request = await broker.get_or_raise(request.id)
-            if note is not None and request.is_open and state.attempt + 1 < FORM_ATTEMPTS:
-                channel = forms.channel_of(broker, request)
-                if channel is not None:
-                    again = Offer(channel=channel, mode=state.mode)
-                    return await forms.ask_in_result(ctx, broker, request, again, state.attempt + 1, note)
-        budget = call_budget(ctx, settings, wait_seconds)
-        offer = Offer() if answered_here else await forms.offer(ctx, broker, request, budget)
-        if offer.channel is not None and is_modern(ctx):
-            return await forms.ask_in_result(ctx, broker, request, offer, 0, None)
-        undelivered: list[dict[str, str]] = []
-        if offer.skipped is not None and forms.only_form(broker, request):
-            # nobody else has the request and this host cannot show it: waiting would be pointless
-            budget = 0.0
-            undelivered = [{"channel": name, "error": offer.skipped} for name in request.channels]
         via = ", ".join(request.channels)
 
         async def tick(elapsed: float) -> None:
@@ -181,22 +150,10 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
                 float(round(elapsed)), None, f"waiting for a reply via {via} — {format_duration(elapsed)}"
             )
 
-        started = anyio.current_time()
-        try:
-            if request.is_open and budget > 0:
-                await tick(0.0)
-            if offer.channel is not None:
-                request = await forms.race(ctx, broker, request, offer, budget, tick)
-            else:
-                request = await broker.wait(request.id, budget, tick, settings.heartbeat_seconds)
-        except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                await broker.caller_left(request.id, client_name(ctx), anyio.current_time() - started)
-            raise
-        if request.is_open and not undelivered:
-            undelivered = await broker.undelivered(request.id)
-        outcome = to_outcome(request, anyio.current_time() - started, undelivered, inbox_url)
-        return result(outcome, request)
+        done = await forms.wait(ctx, broker, request, call_budget(ctx, settings, wait_seconds), tick)
+        if isinstance(done, InputRequiredResult):  # 2026-07-28: the host's form, to fill in first
+            return done
+        return result(to_outcome(done.request, done.seconds, done.undelivered, inbox_url), done.request)
 
     async def asking(ctx: Context, spec: AskSpec, wait_seconds: float | None) -> Waited:
         broker = await get_broker()

@@ -1,0 +1,99 @@
+"""The broker's plain views on the store: the hub channels use, and what the CLI, the web inbox and
+its JSON API read. None of it changes a request's life (asking, waiting and settling are in
+``broker.py``), so none of it wakes a waiter.
+
+``Broker`` takes these methods from ``BrokerViews``; nothing outside reaches into the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hitl_mcp.audit import AuditRow
+from hitl_mcp.channels.base import Delivery
+from hitl_mcp.errors import NotFound
+from hitl_mcp.models import Kind, Request, Status
+from hitl_mcp.store.base import DeliveryRow, History, ReplyRow, Store
+
+__all__ = ["BrokerViews"]
+
+
+class BrokerViews:
+    """Reads and channel bookkeeping, on ``store`` (writes) and ``history`` (the read side)."""
+
+    store: Store
+    history: History
+
+    async def get(self, request_id: str) -> Request | None:
+        return await self.store.get(request_id)
+
+    # --- the hub channels use ----------------------------------------------------------------
+
+    async def open_requests(self, channel: str) -> list[tuple[Request, Delivery]]:
+        return [
+            (request, Delivery(ref=row.ref, detail=row.detail))
+            for request, row in await self.store.open_deliveries(channel)
+        ]
+
+    async def find_by_ref(self, channel: str, ref: str) -> Request | None:
+        return await self.store.find_by_ref(channel, ref)
+
+    async def state_get(self, channel: str, key: str) -> str | None:
+        return await self.store.get_state(channel, key)
+
+    async def state_set(self, channel: str, key: str, value: str) -> None:
+        await self.store.set_state(channel, key, value)
+
+    async def first_seen(self, channel: str, external_id: str) -> bool:
+        return await self.store.first_seen(channel, external_id)
+
+    async def record(
+        self, request_id: str | None, event: str, actor: str | None, data: dict[str, Any]
+    ) -> None:
+        await self.store.record(request_id, event, actor, data)
+
+    async def get_or_raise(self, request_id: str) -> Request:
+        request = await self.store.get(request_id)
+        if request is None:
+            raise NotFound(f"no request with id {request_id!r}")
+        return request
+
+    async def owned(self, request_id: str, owner: str) -> Request:
+        """The request, if it belongs to ``owner``; for anyone else it does not exist (no
+        "forbidden", which would confirm the id)."""
+        request = await self.store.get(request_id)
+        if request is None or request.owner != owner or request.kind == Kind.NOTIFICATION:
+            raise NotFound(f"no question or approval with id {request_id!r}")
+        return request
+
+    # --- for people's tools (the CLI): what is not a request's life ---------------------------
+
+    async def end_sessions(self) -> int:
+        """Sign every inbox session out (``hitl-mcp logout --all``); how many there were."""
+        return await self.store.end_sessions()
+
+    # --- what the web inbox and JSON API read (web/ never reaches into the store) ------------------
+
+    async def list_requests(
+        self, status: Status | None = None, limit: int = 100, before: str | None = None
+    ) -> list[Request]:
+        """Newest first, ``limit`` at most, after the request ``before`` (keyset paging)."""
+        return await self.history.list(status, limit, before)
+
+    async def count_requests(self, status: Status | None = None, before: str | None = None) -> int:
+        return await self.history.count(status, before)
+
+    async def deliveries(self, request_id: str) -> list[DeliveryRow]:
+        return await self.history.deliveries(request_id)
+
+    async def replies(self, request_id: str) -> list[ReplyRow]:
+        return await self.history.replies(request_id)
+
+    async def audit(self, request_id: str) -> list[AuditRow]:
+        return await self.history.audit(request_id)
+
+    async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
+        await self.store.add_session(digest, expires_at, replaces)
+
+    async def session_alive(self, digest: str) -> bool:
+        return await self.store.session_alive(digest)
