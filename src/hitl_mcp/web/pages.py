@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from hitl_mcp.broker import Broker
 from hitl_mcp.models import Kind, Reply, Request, Status, as_decision
@@ -219,7 +219,7 @@ async def history(http: HttpRequest) -> Response:
     )
 
 
-routes = [
+routes: list[BaseRoute] = [
     Route("/", inbox, methods=["GET"]),
     Route("/requests/{id}", show, methods=["GET"]),
     Route("/requests/{id}/answer", answer, methods=["POST"]),
