@@ -55,6 +55,7 @@ run: $(RUN_STAMP)
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check
 	$(PY) -m ruff format --check
+	$(PY) -m mypy
 
 # the documentation site, from docs/ into site/ (mkdocs.yml); --strict fails on any warning
 docs: $(DOCS_STAMP)

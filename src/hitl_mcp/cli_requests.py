@@ -16,12 +16,15 @@ import sqlite3
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from hitl_mcp.config import Config, load_config, resolve_state_dir
 from hitl_mcp.terminal import block, visible
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without the broker's imports
+    from hitl_mcp.broker import Broker
 
 #: the text of a listing starts after the id (16 characters) and two spaces
 INDENT = " " * 18
@@ -37,7 +40,7 @@ def config_and_state(args: argparse.Namespace) -> tuple[Config, Any]:
 
 
 @contextlib.asynccontextmanager
-async def open_broker(args: argparse.Namespace) -> AsyncIterator[Any]:
+async def open_broker(args: argparse.Namespace) -> AsyncIterator[Broker]:
     """A broker on the state directory's database, with no channels: for reading and answering."""
     from hitl_mcp.anchor import configured_anchor
     from hitl_mcp.broker import AskDefaults, Broker
@@ -159,6 +162,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         async with open_broker(args) as broker:
             request_id = await find_one(broker, args.id)
             request = await broker.get(request_id)
+            assert request is not None  # find_one found it, and requests are never deleted
             detail = await request_detail(broker.history, request)
         if args.json:
             print(json.dumps(detail, indent=2))
@@ -223,7 +227,7 @@ def print_request(r: Any, detail: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------- answers
 
 
-async def find(broker: Any, prefix: str) -> list[str]:
+async def find(broker: Broker, prefix: str) -> list[str]:
     """The request an id names, or the ones it is the start of (at least 4 characters): a pending
     request first, else any. Two ids back mean the prefix is ambiguous."""
     from hitl_mcp.models import Status
@@ -238,7 +242,7 @@ async def find(broker: Any, prefix: str) -> list[str]:
     return await history.ids_starting(prefix, Status.PENDING) or await history.ids_starting(prefix)
 
 
-async def find_one(broker: Any, prefix: str) -> str:
+async def find_one(broker: Broker, prefix: str) -> str:
     found = await find(broker, prefix)
     if len(found) == 1:
         return found[0]

@@ -21,7 +21,7 @@ MAX_BACKOFF = 30.0
 
 def backoff(failures: int) -> float:
     """Seconds to wait after the ``failures``-th failure in a row."""
-    return min(FIRST_BACKOFF * 2 ** (failures - 1), MAX_BACKOFF)
+    return min(FIRST_BACKOFF * 2.0 ** (failures - 1), MAX_BACKOFF)
 
 
 def reason(exc: BaseException) -> str:

@@ -32,6 +32,14 @@ Level = Literal["info", "success", "warning", "error"]
 Decision = Literal["approve", "deny"]
 
 
+def as_decision(value: str | None) -> Decision | None:
+    """``value`` when it is a decision ("approve" or "deny"), else None."""
+    match value:
+        case "approve" | "deny":
+            return value
+    return None
+
+
 def now() -> float:
     """Seconds since the epoch; the one clock the store and broker use."""
     return time.time()

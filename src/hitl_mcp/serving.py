@@ -113,6 +113,7 @@ async def serve(config: Config, state_dir: Path, transport: Transport, host: str
     try:
         await _serve(runtime, mcp, transport, host, sock, url, state_dir)
     except BaseExceptionGroup as group:  # surface the one that says why, not the group
+        unavailable: ConfigRefused | BaseExceptionGroup[ConfigRefused] | None
         unavailable, _ = group.split(ConfigRefused)
         while isinstance(unavailable, BaseExceptionGroup):
             unavailable = unavailable.exceptions[0]
@@ -130,6 +131,7 @@ async def _serve(
     url: str,
     state_dir: Path,
 ) -> None:
+    refused: list[ConfigRefused] = []  # why the store and channels could not start
     if transport != "stdio":
         assert sock is not None
         _announce(runtime, transport, url)
@@ -137,7 +139,6 @@ async def _serve(
         app = runtime.http_app(mcp, transport, host, port)
         http = HttpServer(app, sock, runtime.config.server.http.header_timeout)
         _settle_heap()
-        refused: list[ConfigRefused] = []
 
         async def side() -> None:
             """The store and channels; when they cannot start, uvicorn stops gracefully, and the one
@@ -158,7 +159,6 @@ async def _serve(
 
     http_server: HttpServer | None = None
     http_done = anyio.Event()
-    refused: list[ConfigRefused] = []
 
     async def side_runtime() -> None:
         """The store and channels; when they cannot start, the inbox stops gracefully, then stdio."""

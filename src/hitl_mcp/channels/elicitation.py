@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.base import ChannelConfig, Delivery, DeliveryError
-from hitl_mcp.models import Kind, Reply, Request, canonical_json
+from hitl_mcp.models import Kind, Reply, Request, as_decision, canonical_json
 
 #: how much of an approval's payload the form's message shows
 PAYLOAD_PREVIEW = 1500
@@ -134,11 +134,10 @@ def reply_from(request: Request, content: dict[str, Any] | None, channel: str, r
     content = content or {}
     comment = _text(content.get("comment"))
     if request.kind == Kind.APPROVAL:
-        decision = _text(content.get("decision"))
         return Reply(
             channel=channel,
             responder=responder,
-            decision=decision if decision in ("approve", "deny") else None,
+            decision=as_decision(_text(content.get("decision"))),
             comment=comment,
         )
     choice = _text(content.get("choice"))

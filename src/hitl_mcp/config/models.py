@@ -62,7 +62,7 @@ def _reject_bool(value: Any) -> Any:
 
 
 class HttpConfig(_Section):
-    host: str = Field("127.0.0.1", min_length=1)
+    host: str = Field(default="127.0.0.1", min_length=1)
     port: Annotated[int, BeforeValidator(_reject_bool), Field(ge=1, le=65535)] = 8765
     max_body_bytes: Annotated[int, BeforeValidator(_reject_bool), Field(ge=1024, le=64 * 1024 * 1024)] = (
         1024 * 1024

@@ -54,10 +54,13 @@ class _Loader(yaml.SafeLoader):
     an error inside an aliased value point at the line where the alias was used.
     """
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            # types-PyYAML leaves Parser.peek_event unannotated (it returns the next Event)
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             node = super().compose_node(parent, index)
+            if node is None:  # an alias always composes to its anchored node; the stubs allow None
+                return None
             clone = copy.copy(node)
             clone.start_mark, clone.end_mark = event.start_mark, event.end_mark
             return clone

@@ -10,6 +10,7 @@ passes them in.
 
 from __future__ import annotations
 
+import builtins  # for builtins.list: below a class's list method, `list` names the method
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -193,21 +194,23 @@ class History(Protocol):
         """How many requests ``list`` would page through, from the same ``before``."""
         ...
 
-    async def ids_starting(self, prefix: str, status: Status | None = None, limit: int = 2) -> list[str]:
+    async def ids_starting(
+        self, prefix: str, status: Status | None = None, limit: int = 2
+    ) -> builtins.list[str]:
         """The ids that start with ``prefix`` (an index range, whatever the number of requests)."""
         ...
 
-    async def deliveries(self, request_id: str) -> list[DeliveryRow]: ...
+    async def deliveries(self, request_id: str) -> builtins.list[DeliveryRow]: ...
 
-    async def replies(self, request_id: str) -> list[ReplyRow]: ...
+    async def replies(self, request_id: str) -> builtins.list[ReplyRow]: ...
 
-    async def audit(self, request_id: str | None = None) -> list[AuditRow]: ...
+    async def audit(self, request_id: str | None = None) -> builtins.list[AuditRow]: ...
 
     async def audit_head(self) -> tuple[int, str] | None:
         """The newest audit row's seq and hash."""
         ...
 
-    async def all_requests(self) -> list[Request]:
+    async def all_requests(self) -> builtins.list[Request]:
         """Every request, oldest first."""
         ...
 

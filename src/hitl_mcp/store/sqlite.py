@@ -11,6 +11,7 @@ from ``maintain`` on a second connection in its own thread.
 
 from __future__ import annotations
 
+import builtins  # for builtins.list: below a class's list method, `list` names the method
 import json
 import os
 import sqlite3
@@ -25,8 +26,8 @@ import anyio.to_thread
 
 from hitl_mcp.anchor import ANCHOR_FILE, Anchorer
 from hitl_mcp.audit import GENESIS, SETTLING_EVENTS, AuditRow, row_hash
-from hitl_mcp.models import Kind, Reply, Request, Status, now
-from hitl_mcp.store.base import Change, DeliveryRow, KeyConflict, ReplyRow, Settled, StoreError
+from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now
+from hitl_mcp.store.base import Change, DeliveryRow, KeyConflict, ReplyRow, StoreError
 
 T = TypeVar("T")
 
@@ -454,7 +455,9 @@ class SqliteStore:
 
         return await self._run(work)
 
-    async def ids_starting(self, prefix: str, status: Status | None = None, limit: int = 2) -> list[str]:
+    async def ids_starting(
+        self, prefix: str, status: Status | None = None, limit: int = 2
+    ) -> builtins.list[str]:
         # a range on the primary key: every id that starts with the prefix sorts between these two
         sql = "SELECT id FROM requests WHERE id >= ? AND id < ?"
         args: list[Any] = [prefix, prefix + "\U0010ffff"]
@@ -631,7 +634,7 @@ class SqliteStore:
             (at, at, at, request_id, *quiet),
         )
 
-    async def due_expiries(self, now: float, limit: int = 100) -> list[str]:
+    async def due_expiries(self, now: float, limit: int = 100) -> builtins.list[str]:
         def work(db: sqlite3.Connection) -> Any:
             cursor = db.execute(
                 "SELECT id FROM requests WHERE status = 'pending' AND expires_at <= ?"
@@ -653,7 +656,7 @@ class SqliteStore:
 
     async def claim_deliveries(
         self, channels: Sequence[str], now: float, lease: float, limit: int, ids: Sequence[int] | None = None
-    ) -> list[DeliveryRow]:
+    ) -> builtins.list[DeliveryRow]:
         if not channels:
             return []
         marks = ",".join("?" * len(channels))
@@ -733,7 +736,7 @@ class SqliteStore:
 
         return await self._run(work)
 
-    async def open_deliveries(self, channel: str) -> list[tuple[Request, DeliveryRow]]:
+    async def open_deliveries(self, channel: str) -> builtins.list[tuple[Request, DeliveryRow]]:
         def work(db: sqlite3.Connection) -> Any:
             cursor = db.execute(
                 "SELECT d.* FROM deliveries d JOIN requests r ON r.id = d.request_id"
@@ -846,14 +849,14 @@ class SqliteStore:
 
         return await self._run(work)
 
-    async def deliveries(self, request_id: str) -> list[DeliveryRow]:
+    async def deliveries(self, request_id: str) -> builtins.list[DeliveryRow]:
         def work(db: sqlite3.Connection) -> Any:
             cursor = db.execute("SELECT * FROM deliveries WHERE request_id = ? ORDER BY id", (request_id,))
             return [_delivery(r) for r in cursor.fetchall()]
 
         return await self._run(work)
 
-    async def replies(self, request_id: str) -> list[ReplyRow]:
+    async def replies(self, request_id: str) -> builtins.list[ReplyRow]:
         def work(db: sqlite3.Connection) -> Any:
             cursor = db.execute("SELECT * FROM replies WHERE request_id = ? ORDER BY id", (request_id,))
             return [_reply(r) for r in cursor.fetchall()]

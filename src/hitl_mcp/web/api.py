@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from hitl_mcp import __version__
 from hitl_mcp.models import Reply, Status
@@ -119,7 +119,7 @@ async def healthz(_: HttpRequest) -> Response:
     return JSONResponse({"status": "ok", "version": __version__})
 
 
-routes = [
+routes: list[BaseRoute] = [
     Route("/api/requests", list_requests, methods=["GET"]),
     Route("/api/requests/{id}", show_request, methods=["GET"]),
     Route("/api/requests/{id}/reply", reply, methods=["POST"]),

@@ -21,9 +21,11 @@ def with_header_deadline(seconds: float) -> type[asyncio.Protocol]:
     """uvicorn's automatic HTTP protocol (httptools where installed, else h11), with the deadline."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
+    # uvicorn declares AutoHTTPProtocol a variable of type[asyncio.Protocol] (H11Protocol or
+    # HttpToolsProtocol, chosen at import), which mypy cannot subclass; as Any it can, flagged [misc]
     base: Any = AutoHTTPProtocol
 
-    class HeaderDeadline(base):  # type: ignore[misc, valid-type]
+    class HeaderDeadline(base):  # type: ignore[misc]
         _deadline: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:

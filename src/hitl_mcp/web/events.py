@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import anyio
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from hitl_mcp.broker import Broker
 from hitl_mcp.web.deps import requires, web
@@ -87,4 +87,4 @@ async def events(http: HttpRequest) -> Response:
     )
 
 
-routes = [Route("/events", events, methods=["GET"])]
+routes: list[BaseRoute] = [Route("/events", events, methods=["GET"])]

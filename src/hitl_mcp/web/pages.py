@@ -13,10 +13,10 @@ from typing import Any
 
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from hitl_mcp.broker import Broker
-from hitl_mcp.models import Kind, Reply, Request, Status
+from hitl_mcp.models import Kind, Reply, Request, Status, as_decision
 from hitl_mcp.web import REPLY_FIELDS, WEB_RESPONDER
 from hitl_mcp.web.deps import page_context, read_post, requires, web
 from hitl_mcp.web.errors import Problem
@@ -116,17 +116,23 @@ async def answer(http: HttpRequest) -> Response:
                 422, f"The {name} is longer than {limit} characters.", title="Not sent", request_id=request_id
             )
         fields[name] = value if value.strip() else None
-    decision = fields["decision"]
-    if decision is not None and decision not in ("approve", "deny"):
+    decision = as_decision(fields["decision"])
+    if fields["decision"] is not None and decision is None:
         raise Problem(422, "The decision must be approve or deny.", title="Not sent", request_id=request_id)
     deps = web(http)
     broker = await deps.broker()
     if decision == "approve" and form.get("confirm") != "yes":
         await _confirm_high_risk(broker, request_id, form)
     # the button pressed says what the answer is: a decision, else a choice, else the text
-    what = "decision" if decision is not None else "choice" if fields["choice"] is not None else "text"
+    choice = fields["choice"] if decision is None else None
+    text = fields["text"] if decision is None and choice is None else None
     reply = Reply(
-        channel=deps.web_channel, responder=WEB_RESPONDER, comment=fields["comment"], **{what: fields[what]}
+        channel=deps.web_channel,
+        responder=WEB_RESPONDER,
+        comment=fields["comment"],
+        decision=decision,
+        choice=choice,
+        text=text,
     )
     try:
         verdict = await resolve(broker, request_id, reply, not_found=NO_REQUEST)
@@ -213,7 +219,7 @@ async def history(http: HttpRequest) -> Response:
     )
 
 
-routes = [
+routes: list[BaseRoute] = [
     Route("/", inbox, methods=["GET"]),
     Route("/requests/{id}", show, methods=["GET"]),
     Route("/requests/{id}/answer", answer, methods=["POST"]),

@@ -8,7 +8,7 @@ import hashlib
 
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from hitl_mcp.web.pagekit import ENV, SHELL, STATIC_DIR, static_url
@@ -56,7 +56,7 @@ def _shell_hash(urls: list[str]) -> str:
     return hashlib.sha256("\n".join(urls).encode()).hexdigest()[:10]
 
 
-routes = [
+routes: list[BaseRoute] = [
     Route("/manifest.webmanifest", manifest, methods=["GET"]),
     Route("/sw.js", service_worker, methods=["GET"]),
     Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),

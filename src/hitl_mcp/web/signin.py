@@ -18,7 +18,7 @@ import html
 
 from starlette.requests import Request as HttpRequest
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from hitl_mcp.models import now
 from hitl_mcp.web import WEB_RESPONDER
@@ -139,7 +139,7 @@ async def open_link(http: HttpRequest) -> Response:
     return RedirectResponse(link.page, status_code=303, headers=NO_TRACE)
 
 
-routes = [
+routes: list[BaseRoute] = [
     Route("/login", login, methods=["GET"]),
     Route("/login", login_form, methods=["POST"]),
     Route(LINK_PATH, open_link, methods=["GET"]),

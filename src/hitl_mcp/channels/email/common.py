@@ -10,6 +10,7 @@ import ssl
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email import policy
+from email.headerregistry import Address
 from email.message import EmailMessage
 from email.parser import BytesHeaderParser
 from pathlib import Path
@@ -109,7 +110,7 @@ class _Batch:
 def _sender(msg: EmailMessage) -> str:
     """The one address in From, lower-cased; ``""`` when there is none or more than one."""
     values = msg.get_all("From") or []
-    addresses = getattr(values[0], "addresses", ()) if len(values) == 1 else ()
+    addresses: tuple[Address, ...] = getattr(values[0], "addresses", ()) if len(values) == 1 else ()
     return _address(addresses[0].addr_spec) if len(addresses) == 1 else ""
 
 

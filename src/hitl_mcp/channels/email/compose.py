@@ -28,6 +28,10 @@ class _Composing(BaseChannel):
     """The email channel's reply tokens and the mails it composes."""
 
     config: Config
+    # set by EmailChannel.__init__
+    domain: str
+    allowed: set[str]
+    _key: bytes | None
 
     # --- tokens ------------------------------------------------------------------------------
 

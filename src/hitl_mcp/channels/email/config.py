@@ -104,7 +104,7 @@ class SmtpConfig(_Block):
 class ImapConfig(_Block):
     username: str = Field(min_length=1)
     password: SecretStr
-    folder: str = Field("INBOX", min_length=1)
+    folder: str = Field(default="INBOX", min_length=1)
     poll_interval: Annotated[float, bounded(0.05, 3600)] = 30.0
     """Seconds between polls; IDLE (where the server has it) may wake the poller sooner."""
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import ssl
+import threading
 import time
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -35,6 +36,17 @@ class _Imap(BaseChannel):
     """The email channel's way in: IMAP polling in a worker thread, IDLE only to wake early."""
 
     config: Config
+    # set by EmailChannel.__init__
+    _task: asyncio.Task[None] | None
+    _client: IMAPClient | None
+    _stop: threading.Event
+    _scope: anyio.CancelScope | None
+
+    if TYPE_CHECKING:  # _Smtp's and EmailChannel's
+
+        def _scrub(self, text: str) -> str: ...
+
+        async def _handle(self, uid: int, validity: int, raw: bytes) -> None: ...
 
     # --- IMAP --------------------------------------------------------------------------------
 

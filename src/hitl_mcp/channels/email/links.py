@@ -30,6 +30,11 @@ class _Links(BaseChannel):
     """The email channel's answer links: a confirmation page (scanners fetch links), then one POST."""
 
     config: Config
+    allowed: set[str]  # set by EmailChannel.__init__
+
+    if TYPE_CHECKING:  # _Composing's, in EmailChannel
+
+        def read_link(self, token: str) -> Link | None: ...
 
     # --- links -------------------------------------------------------------------------------
 

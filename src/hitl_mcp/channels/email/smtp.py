@@ -25,6 +25,7 @@ class _Smtp(BaseChannel):
     """The email channel's way out: SMTP, with errors that never show a secret."""
 
     config: Config
+    _passwords: list[str]  # set by EmailChannel.__init__
 
     # --- SMTP --------------------------------------------------------------------------------
 

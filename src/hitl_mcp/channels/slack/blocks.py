@@ -6,10 +6,10 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from hitl_mcp.channels.slack.config import _RESPONDER, _USER_ID, BUTTON_LIMIT, HEADER_LIMIT, SECTION_LIMIT
-from hitl_mcp.models import Kind, Request, Status
+from hitl_mcp.models import Decision, Kind, Request, Status
 from hitl_mcp.wording import expired, verdict
 
 # ----------------------------------------------------------------------------------- the messages
@@ -226,7 +226,15 @@ def _request_id(block_id: Any) -> str | None:
     return block_id.split(":")[1] or None
 
 
-def _reply_fields(action: Mapping[str, Any]) -> dict[str, str] | None:
+class ReplyFields(TypedDict, total=False):
+    """What a button or a thread reply answers: one of these, as ``Reply``'s keyword."""
+
+    decision: Decision
+    choice: str
+    text: str
+
+
+def _reply_fields(action: Mapping[str, Any]) -> ReplyFields | None:
     action_id, value = action.get("action_id"), action.get("value")
     if action_id in ("approve", "deny"):
         return {"decision": action_id}

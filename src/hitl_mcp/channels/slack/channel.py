@@ -16,6 +16,7 @@ from hitl_mcp.channels.base import Answered, ChannelConfig, Delivery, DeliveryEr
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.slack.api import _call, _require_sdk, _web_client
 from hitl_mcp.channels.slack.blocks import (
+    ReplyFields,
     _fallback,
     _mention,
     _plain,
@@ -220,7 +221,8 @@ class SlackChannel(BaseChannel):
                 await asyncio.sleep(delay)
                 continue
             client.wss_uri = opened["url"]
-            await client.connect()
+            # slack_sdk leaves SocketModeClient.connect unannotated
+            await client.connect()  # type: ignore[no-untyped-call]
             log.info("slack %s: connected over Socket Mode", self.name)
             return
 
@@ -351,7 +353,7 @@ class SlackChannel(BaseChannel):
         who: str,
         where: str | None,
         thread: str | None,
-        fields: dict[str, str],
+        fields: ReplyFields,
     ) -> None:
         if not allowed(user_id, self.allowed):
             reason = "not in allowed_users" if self.allowed else "allowed_users is not set"
