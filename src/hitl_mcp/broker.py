@@ -23,9 +23,11 @@ from hitl_mcp.errors import BrokerError, NotFound, ReplyInvalid, UnknownChannel
 from hitl_mcp.loops import forever, reason
 from hitl_mcp.models import (
     Kind,
+    Level,
     NotifyResult,
     Reply,
     Request,
+    Risk,
     Settled,
     Status,
     canonical_json,
@@ -73,8 +75,8 @@ class AskSpec:
     choices: list[str] | None = None
     allow_free_text: bool | None = None
     payload: Any = None
-    risk: str | None = None
-    level: str | None = None
+    risk: Risk | None = None
+    level: Level | None = None
     default_answer: str | None = None
     channels: list[str] | None = None
     timeout_seconds: float | None = None

@@ -77,7 +77,7 @@ def session_key(ctx: Context) -> str:
     connection = getattr(ctx.session, "_connection", None)
     state = getattr(connection, "state", None)
     if isinstance(state, dict):
-        return "conn:" + state.setdefault("hitl_session", uuid.uuid4().hex)
+        return "conn:" + str(state.setdefault("hitl_session", uuid.uuid4().hex))
     headers = ctx.headers
     if headers is not None and headers.get("mcp-session-id"):
         return "http:" + headers["mcp-session-id"]

@@ -22,7 +22,7 @@ from hitl_mcp.broker import AskDefaults, Broker
 from hitl_mcp.channels import channel_module
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.config import Config
-from hitl_mcp.host_forms import Linking
+from hitl_mcp.host_window import Linking
 from hitl_mcp.models import Kind
 from hitl_mcp.server import Settings, build_server
 from hitl_mcp.store.base import StoreError

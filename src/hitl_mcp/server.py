@@ -24,7 +24,9 @@ from pydantic import Field
 
 from hitl_mcp import __version__, tool_args
 from hitl_mcp.broker import AskSpec, Broker, BrokerError
-from hitl_mcp.host_forms import HostForms, Linking, client_name, form_state, session_key
+from hitl_mcp.call_context import client_name, form_state, session_key
+from hitl_mcp.host_forms import HostForms
+from hitl_mcp.host_window import Linking
 from hitl_mcp.hosts import host_budget
 from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json, client_identity
 from hitl_mcp.results import describe, describe_notification, format_duration, to_outcome

@@ -201,10 +201,10 @@ class SmsInbound(BaseChannel):
             await self._unclear(request.id, number, sid, "not understood")
             return f"Didn't get that. {instructions(request, code, short=True)}"
         match await self.answer(request.id, reply):
-            case Answered(settled):
-                return f"Got it: {_what(settled)}, {code}"
-            case Late(settled):
-                return _settled_text(settled, code)
+            case Answered(answered):
+                return f"Got it: {_what(answered)}, {code}"
+            case Late(closed):
+                return _settled_text(closed, code)
             case Invalid():
                 await self._unclear(request.id, number, sid, "not understood")
                 return f"Didn't get that. {instructions(request, code, short=True)}"
