@@ -238,11 +238,27 @@ async def test_a_channel_bug_is_recorded_and_retried(
     assert record.exc_info is not None
 
 
-async def test_a_delivery_whose_request_is_gone_is_not_sent(store: SqliteStore) -> None:
+async def test_a_delivery_whose_request_was_removed_fails_without_a_send(store: SqliteStore) -> None:
+    """An operator pruned the request from the database under a queued send."""
     slack = Scripted("slack")
-    ghost = DeliveryRow(999, "gone", "slack", "deliver", "sending", 1, None, {}, None, now(), now())
-    await Outbox(store, {"slack": slack}).attempt(ghost)
+    request = await asked(store, "slack")
+    row = await claim_one(store, "slack", now())
+    assert row is not None
+    db = sqlite3.connect(store.path, isolation_level=None)  # foreign keys are off by default
+    db.execute("DELETE FROM requests WHERE id = ?", (request.id,))
+    db.close()
+    await Outbox(store, {"slack": slack}).attempt(row)
     assert slack.sent == []
+    gone = await row_of(store, request, "slack")
+    assert (gone.status, gone.error) == ("failed", "request not found")
+    assert await trail(store, request) == [
+        ("delivery_failed", {"channel": "slack", "attempt": 1, "error": "request not found"})
+    ]
+
+
+async def test_run_once_belongs_inside_run(store: SqliteStore) -> None:
+    with pytest.raises(AssertionError, match=r"^run_once runs inside run$"):
+        await Outbox(store, {}).run_once()
 
 
 async def test_a_retraction_carries_what_that_channels_send_returned(store: SqliteStore) -> None:
@@ -352,6 +368,33 @@ class Heard(logging.Handler):
         if self.needle in record.getMessage():
             self.lines.append(record.getMessage())
             self.event.set()
+
+
+async def test_the_loop_outlives_a_store_it_cannot_write_and_says_so(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch, quick_outbox: None
+) -> None:
+    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_MS", 100)
+    heard = Heard("the outbox failed")
+    logging.getLogger("hitl_mcp").addHandler(heard)
+    slack = Scripted("slack")
+    outbox = Outbox(store, {"slack": slack})
+    await asked(store, "slack")
+    other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock past the busy timeout
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(outbox.run)
+            with anyio.fail_after(5):
+                await heard.event.wait()
+            other.execute("ROLLBACK")
+            await until(lambda: bool(slack.sent), slack)
+            tg.cancel_scope.cancel()
+    finally:
+        other.close()
+        logging.getLogger("hitl_mcp").removeHandler(heard)
+    assert heard.lines[0].startswith(
+        "hitl-mcp: the outbox failed (StoreError: the server cannot record requests now"
+    )
 
 
 async def test_an_attempt_the_store_cannot_record_is_retried_after_the_lease(
