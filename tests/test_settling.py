@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -127,7 +128,7 @@ async def make_broker(
                 Kind.APPROVAL: names[:1],
                 Kind.NOTIFICATION: [channels[0].name],
             },
-            timeouts=timeouts or {Kind.QUESTION: 3600, Kind.APPROVAL: 600},
+            timeouts={Kind.QUESTION: 3600, Kind.APPROVAL: 600} if timeouts is None else timeouts,
         ),
         state_dir=path.parent,
     )
@@ -201,18 +202,30 @@ async def test_a_blank_comment_is_no_comment(broker: Broker) -> None:
 @pytest.mark.parametrize(
     "spec, reply, answer, choice",
     [
-        (question(choices=["eu", "us"]), by(choice="us"), "us", "us"),
-        (question(choices=["eu", "us"]), by(text="  US "), "us", "us"),  # typed, matched to the choice
-        (question(choices=["eu", "us"], allow_free_text=True), by(text=" asia "), "asia", None),
-        (question(), by(text=" eu-west-1\n"), "eu-west-1", None),
+        (question(choices=["eu", "us"]), by(choice="us", comment=" latency "), "us", "us"),
+        (
+            question(choices=["eu", "us"]),
+            by(text="  US ", comment="latency"),
+            "us",
+            "us",
+        ),  # typed: the choice
+        (
+            question(choices=["eu", "us"], allow_free_text=True),
+            by(text=" asia ", comment="latency"),
+            "asia",
+            None,
+        ),
+        (question(), by(text=" eu-west-1\n", comment="latency\n"), "eu-west-1", None),
     ],
 )
-async def test_a_reply_that_fits_gives_its_answer(
+async def test_a_reply_that_fits_gives_its_answer_and_comment(
     broker: Broker, spec: AskSpec, reply: Reply, answer: str, choice: str | None
 ) -> None:
     request, _ = await broker.ask(spec)
     verdict = await broker.resolve(request.id, reply)
     assert verdict.won and (verdict.request.answer, verdict.request.choice) == (answer, choice)
+    assert verdict.request.comment == "latency"
+    assert verdict.request == await broker.get_or_raise(request.id)
 
 
 @pytest.mark.parametrize(
@@ -258,7 +271,7 @@ async def test_a_notification_takes_no_reply(broker: Broker) -> None:
     assert not verdict.won and verdict.reason == "a notification takes no reply"
     assert (await broker.get_or_raise(note.id)).status == Status.NOTIFIED
     pending = Request(id="x", kind=Kind.NOTIFICATION, text="t", created_at=now())
-    with pytest.raises(ReplyInvalid, match="a notification takes no reply"):
+    with pytest.raises(ReplyInvalid, match=r"^a notification takes no reply$"):
         broker_module.check_reply(pending, by(text="thanks"))
 
 
@@ -413,12 +426,39 @@ async def test_an_expired_question_gets_its_default_answer(broker: Broker, defau
 
 async def test_settled_requests_stay_as_they_were_settled(broker: Broker) -> None:
     request, _ = await broker.ask(approval())
+    heard: list[tuple[str, str]] = []
+    broker.listen(lambda request_id, event: heard.append((request_id, event)))
     await broker.resolve(request.id, by(decision="approve"))
+    assert heard == [(request.id, "answered")]
     before = await trail(broker, request.id)
     assert (await broker.expire(request.id)).approved is True
     cancelled = await broker.cancel(request.id, "too late", OWNER)
     assert (cancelled.status, cancelled.approved, cancelled.comment) == (Status.ANSWERED, True, None)
-    assert await trail(broker, request.id) == before
+    await broker.resolve(request.id, by("bob", decision="deny"))
+    assert await trail(broker, request.id) == [
+        *before,
+        ("reply_rejected", "bob", {"channel": "web", "reason": "request was already answered"}),
+    ]
+    assert heard == [(request.id, "answered")]  # nothing settled again: nothing to tell
+    assert broker._just_settled == {}  # nobody was waiting: nothing kept for them
+
+
+async def test_a_cancel_that_loses_the_race_to_a_reply_still_wakes_this_process(broker: Broker) -> None:
+    """The cancel read the request pending; a reply from another process settled it before the cancel's
+    write. The cancel changes nothing, and this process's waiters learn the answer at once."""
+    request, _ = await broker.ask(question())
+    heard: list[tuple[str, str]] = []
+    broker.listen(lambda request_id, event: heard.append((request_id, event)))
+    stale = await broker.get_or_raise(request.id)
+    await broker.store.resolve(request.id, by(text="eu"), {"answer": "eu"})  # as another process would
+
+    async def read_before_the_reply(request_id: str) -> Request:
+        return stale
+
+    broker.get_or_raise = read_before_the_reply  # type: ignore[method-assign]
+    result = await broker.cancel(request.id, "never mind", OWNER)
+    assert (result.status, result.answer) == (Status.ANSWERED, "eu")
+    assert heard == [(request.id, "answered")]
 
 
 # --------------------------------------------------------------------- late, around the expiry
@@ -483,6 +523,7 @@ async def test_a_wait_ends_as_soon_as_the_request_is_settled(broker: Broker, sta
                 await broker.expire(request.id)
     assert [r.status for r in seen] == [status, status]
     assert seen[0] == seen[1] == await broker.get_or_raise(request.id)
+    assert broker._waiters == {} and broker._just_settled == {}  # nothing kept once nobody waits
 
 
 async def test_a_wait_returns_pending_after_its_seconds_with_heartbeats(broker: Broker) -> None:
@@ -497,7 +538,7 @@ async def test_a_wait_returns_pending_after_its_seconds_with_heartbeats(broker: 
         waited = await broker.wait(request.id, 0.35, on_tick, tick_seconds=0.1)
     assert waited.status == Status.PENDING
     assert 0.35 <= anyio.current_time() - started < 2
-    assert len(ticks) >= 3 and ticks == sorted(ticks) and ticks[0] >= 0.09
+    assert len(ticks) >= 3 and ticks == sorted(ticks) and 0.09 <= ticks[0] and ticks[-1] <= 0.5
     assert broker._waiters == {}
 
 
@@ -514,6 +555,25 @@ async def test_a_wait_on_a_settled_request_returns_it_at_once(broker: Broker) ->
     assert waited.answer == "eu" and ticks == []
     with pytest.raises(NotFound, match="no request with id 'nope'"):
         await broker.wait("nope", 1)
+
+
+async def test_a_wait_never_expires_a_request_before_its_time(broker: Broker) -> None:
+    request, _ = await broker.ask(approval(timeout_seconds=1.2))
+    with anyio.fail_after(5):
+        waited = await broker.wait(request.id, 0.3, tick_seconds=0.1)
+    assert waited.status == Status.PENDING
+    assert (await broker.get_or_raise(request.id)).status == Status.PENDING
+
+
+async def test_a_request_with_no_lifetime_never_expires(tmp_path: Path) -> None:
+    async with make_broker(tmp_path / "b.sqlite3", Inbox("web"), timeouts={}) as broker:
+        request, _ = await broker.ask(question())
+        assert request.expires_at is None
+        with anyio.fail_after(5):
+            waited = await broker.wait(request.id, 0.2, tick_seconds=0.1)
+        assert waited.status == Status.PENDING
+        note, _ = await broker.ask(AskSpec(kind=Kind.NOTIFICATION, text="done", timeout_seconds=60))
+        assert note.expires_at is None  # a notification has nothing to expire, whatever it was given
 
 
 async def test_a_wait_that_reaches_the_expiry_time_expires_the_request(broker: Broker) -> None:
@@ -561,8 +621,18 @@ async def test_a_wait_whose_expiry_cannot_be_written_keeps_waiting(
 
 async def test_a_request_is_stored_as_asked(broker: Broker) -> None:
     before = now()
-    q, created = await broker.ask(question(choices=["eu", "us"], context="new cluster", default_answer="eu"))
+    q, created = await broker.ask(
+        question(
+            choices=["eu", "us"],
+            context="new cluster",
+            default_answer="eu",
+            title="Region",
+            details="EU or US",
+        )
+    )
     assert created and q == await broker.get_or_raise(q.id)
+    assert re.fullmatch(r"[0-9a-f]{16}", q.id)  # 16 hex characters: email reply addresses carry them
+    assert (q.title, q.details, q.context) == ("Region", "EU or US", "new cluster")
     assert (q.kind, q.status, q.choices, q.allow_free_text, q.channels) == (
         Kind.QUESTION,
         Status.PENDING,
@@ -635,6 +705,7 @@ async def test_only_the_owner_reaches_a_request(broker: Broker) -> None:
     with pytest.raises(NotFound):
         await broker.expire("nope")
     assert await broker.get("nope") is None
+    assert await broker.get(request.id) == await broker.get_or_raise(request.id)
 
 
 async def test_a_caller_that_left_is_audited_with_how_long_it_waited(broker: Broker) -> None:
@@ -743,23 +814,28 @@ async def test_settling_sends_its_retraction_at_once(broker: Broker, monkeypatch
     slack = broker.channels["slack"]
     assert isinstance(slack, Chat)
     async with running(broker):
-        request, _ = await broker.ask(question(channels=["slack", "web"]))
+        request, _ = await broker.ask(question(channels=["slack"]))
+        inbox_only, _ = await broker.ask(question("Inbox only?", channels=["web"]))
 
-        async def both_sent() -> bool:
-            return [d.status for d in await broker.store.deliveries(request.id)] == ["sent", "sent"]
+        async def sent() -> bool:
+            rows = [*await broker.store.deliveries(request.id), *await broker.store.deliveries(inbox_only.id)]
+            return [d.status for d in rows] == ["sent", "sent"]
 
-        await eventually(both_sent)
+        await eventually(sent)
         await anyio.wait_all_tasks_blocked()
-        await broker.resolve(request.id, by(channel="web", text="eu"))
+        await broker.resolve(request.id, by(channel="slack", text="eu"))
         with anyio.fail_after(5):
             while not slack.retracted:
                 await slack.changed.wait()
+        await broker.resolve(inbox_only.id, by(text="fine"))
     assert slack.retracted == [(request.id, Status.ANSWERED)]
-    # the inbox has nothing to retract: no row for it
     assert [(d.channel, d.action) for d in await broker.store.deliveries(request.id)] == [
         ("slack", "deliver"),
-        ("web", "deliver"),
         ("slack", "retract"),
+    ]
+    # the inbox has nothing to retract: no row for it
+    assert [(d.channel, d.action) for d in await broker.store.deliveries(inbox_only.id)] == [
+        ("web", "deliver")
     ]
 
 
@@ -798,3 +874,52 @@ async def test_a_settlement_written_by_another_process_reaches_listeners_and_wai
         third, _ = await broker.ask(question("Third?"))
         await broker.resolve(third.id, by(text="x"))
         assert not [event for request_id, event in heard if request_id == third.id]
+
+
+async def test_a_wait_woken_by_a_failed_channel_goes_on_while_another_can_answer(tmp_path: Path) -> None:
+    sms = Chat("sms", DeliveryError("21211 invalid number", permanent=True))
+    async with make_broker(tmp_path / "b.sqlite3", Inbox("web"), sms) as broker, running(broker):
+        request, _ = await broker.ask(question(channels=["web", "sms"]))
+        failed = anyio.Event()
+        broker.listen(lambda request_id, event: failed.set() if event == "delivery_failed" else None)
+        seen: list[Request] = []
+
+        async def wait() -> None:
+            seen.append(await broker.wait(request.id, 60, tick_seconds=60))
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await failed.wait()
+                await anyio.sleep(0.05)  # the waiter has looked and gone back to waiting
+                assert seen == []
+                await broker.resolve(request.id, by(text="eu"))
+        assert seen[0].answer == "eu"
+        assert broker._waiters == {} and broker._just_settled == {}
+
+
+async def test_each_loop_names_itself_when_a_round_fails_and_recovers(broker: Broker) -> None:
+    heard = Heard(" failed (RuntimeError: the store is not open)")
+    logging.getLogger("hitl_mcp").addHandler(heard)
+    try:
+        async with running(broker):
+            broker.listen(lambda request_id, event: None)  # the change feed polls for a listener
+            request, _ = await broker.ask(approval(timeout_seconds=0.3))
+            await broker.store.close()
+
+            async def all_three() -> bool:
+                said = " ".join(heard.lines)
+                return all(
+                    f"hitl-mcp: {loop} failed" in said
+                    for loop in ("the outbox", "the expiry sweep", "the change feed")
+                )
+
+            await eventually(all_three)
+            await broker.store.open()
+
+            async def expired() -> bool:
+                return (await broker.get_or_raise(request.id)).status == Status.EXPIRED
+
+            await eventually(expired)
+    finally:
+        logging.getLogger("hitl_mcp").removeHandler(heard)
