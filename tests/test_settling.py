@@ -11,7 +11,7 @@ import contextlib
 import logging
 import re
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +142,18 @@ async def make_broker(
 async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
     async with make_broker(tmp_path / "broker.sqlite3") as broker:
         yield broker
+
+
+@pytest.fixture
+def no_failed_rounds() -> Iterator[None]:
+    """The background loops run without a failed round (``loops.forever`` logs each one)."""
+    heard = Heard(" failed (")
+    logging.getLogger("hitl_mcp").addHandler(heard)
+    try:
+        yield
+    finally:
+        logging.getLogger("hitl_mcp").removeHandler(heard)
+    assert heard.lines == []
 
 
 @contextlib.asynccontextmanager
@@ -653,14 +665,18 @@ async def test_a_request_is_stored_as_asked(broker: Broker) -> None:
 
 
 async def test_channels_are_checked_before_anything_is_stored(tmp_path: Path) -> None:
-    channels = (Inbox("web"), NotifyOnly("push"), HostForm("form"))
+    channels = (Inbox("web"), NotifyOnly("push"), NotifyOnly("siren"), HostForm("form"), HostForm("form2"))
     async with make_broker(tmp_path / "b.sqlite3", *channels) as broker:
         cases = [
             (
                 question(channels=["sms", "web", "pager"]),
-                "unknown channel 'sms', 'pager'; configured channels: form, push, web",
+                "unknown channel 'sms', 'pager'; configured channels: form, form2, push, siren, web",
             ),
             (question(channels=["push"]), "channel 'push' can notify but cannot take an answer"),
+            (
+                question(channels=["push", "siren", "web"]),
+                "channel 'push', 'siren' can notify but cannot take an answer",
+            ),
             (
                 approval(channels=["form"], risk="high"),
                 "none of 'form' may approve a high-risk action (the host's form is limited by its "
@@ -672,6 +688,8 @@ async def test_channels_are_checked_before_anything_is_stored(tmp_path: Path) ->
                 await broker.ask(spec)
             assert str(refused.value) == message
         assert await broker.store.list() == []
+        with pytest.raises(UnknownChannel, match=r"^none of 'form', 'form2' may approve a high-risk action"):
+            await broker.ask(approval(channels=["form", "form2"], risk="high"))
         ok, _ = await broker.ask(approval(channels=["form"], risk="low"))
         assert ok.channels == ["form"]
         ok, _ = await broker.ask(approval(channels=["form", "web"], risk="high"))
@@ -774,7 +792,7 @@ async def test_undelivered_lists_failures_only_when_every_channel_failed(broker:
 
 
 async def test_the_sweep_expires_every_request_past_due_past_settled_ones(
-    broker: Broker, monkeypatch: pytest.MonkeyPatch
+    broker: Broker, monkeypatch: pytest.MonkeyPatch, no_failed_rounds: None
 ) -> None:
     """More requests past due than one round takes, behind more settled ones than one round takes."""
     answered = [(await broker.ask(question(f"A{i}?", timeout_seconds=30)))[0] for i in range(110)]
@@ -797,16 +815,83 @@ async def test_the_sweep_expires_every_request_past_due_past_settled_ones(
     assert {r.status for r in [await broker.get_or_raise(r.id) for r in answered]} == {Status.ANSWERED}
 
 
-async def test_a_new_request_wakes_the_sweep(broker: Broker) -> None:
+async def test_a_new_request_wakes_the_sweep(broker: Broker, no_failed_rounds: None) -> None:
     async with running(broker):
         await anyio.wait_all_tasks_blocked()  # the sweep sleeps: nothing is due
-        request, _ = await broker.ask(approval(timeout_seconds=0.2))
+        request, _ = await broker.ask(approval(timeout_seconds=0.1))
 
         async def expired() -> bool:
             return (await broker.get_or_raise(request.id)).status == Status.EXPIRED
 
-        await eventually(expired, 3)
+        await eventually(expired, 0.9)  # nobody waits on it: the sweep expires it on time
         assert (await broker.get_or_raise(request.id)).approved is False
+
+
+async def test_a_request_created_by_another_process_is_swept_all_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_failed_rounds: None
+) -> None:
+    monkeypatch.setattr(broker_module, "SWEEP_SECONDS", 0.3)
+    path = tmp_path / "shared.sqlite3"
+    async with make_broker(path) as broker, make_broker(path) as other, running(broker):
+        await anyio.wait_all_tasks_blocked()  # the sweep sleeps: nothing is due here
+        request, _ = await other.ask(question(default_answer="eu", timeout_seconds=0.05))  # wakes no one here
+
+        async def expired() -> bool:
+            return (await broker.get_or_raise(request.id)).answer == "eu"
+
+        await eventually(expired, 3)
+
+
+async def test_the_change_feed_catches_up_on_a_backlog_without_pausing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_failed_rounds: None
+) -> None:
+    monkeypatch.setattr(broker_module, "POLL_SECONDS", 5.0)
+    path = tmp_path / "shared.sqlite3"
+    async with make_broker(path) as broker, make_broker(path) as other, running(broker):
+        for i in range(1001):  # more than one read of the feed
+            await other.record(f"r{i}", "caller_left", "claude-code", {})
+        heard: list[str] = []
+        broker.listen(lambda request_id, event: heard.append(event))
+
+        async def all_heard() -> bool:
+            return len(heard) == 1001
+
+        await eventually(all_heard, 3)
+
+
+async def test_the_wal_is_checkpointed_in_the_background_and_a_failed_round_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(broker_module, "MAINTAIN_SECONDS", 0.05)
+    state = tmp_path / "state"
+    async with make_broker(state / "b.sqlite3") as broker:
+        for i in range(20):
+            await broker.ask(question(f"Q{i}?"))
+        size = (state / "b.sqlite3").stat().st_size
+        state.rename(tmp_path / "moved")  # the state directory is moved away under the server
+        heard = Heard("the WAL checkpoint")
+        logging.getLogger("hitl_mcp").addHandler(heard)
+        try:
+            async with running(broker):
+                with anyio.fail_after(5):
+                    await heard.event.wait()
+                    heard.event = anyio.Event()
+                    (tmp_path / "moved").rename(state)
+                    await heard.event.wait()
+                    await anyio.sleep(0.2)
+        finally:
+            logging.getLogger("hitl_mcp").removeHandler(heard)
+        assert heard.lines[0].startswith(
+            "hitl-mcp: the WAL checkpoint failed (OperationalError: unable to open"
+        )
+        assert heard.lines[-1] == "hitl-mcp: the WAL checkpoint works again after 1 failed rounds"
+        assert (state / "b.sqlite3").stat().st_size > size  # the requests are in the database file now
+
+
+async def test_channels_see_the_public_url_and_state_dir(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "b.sqlite3")
+    broker = Broker(store, {}, Defaults({}, {}), state_dir=tmp_path, public_url="https://hitl.example.com")
+    assert (broker.state_dir, broker.public_url) == (tmp_path, "https://hitl.example.com")
 
 
 async def test_settling_sends_its_retraction_at_once(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -839,7 +924,9 @@ async def test_settling_sends_its_retraction_at_once(broker: Broker, monkeypatch
     ]
 
 
-async def test_a_settlement_written_by_another_process_reaches_listeners_and_waiters(tmp_path: Path) -> None:
+async def test_a_settlement_written_by_another_process_reaches_listeners_and_waiters(
+    tmp_path: Path, no_failed_rounds: None
+) -> None:
     path = tmp_path / "shared.sqlite3"
     other = SqliteStore(path)
     async with make_broker(path) as broker, running(broker):

@@ -31,6 +31,8 @@ WAKING_EVENTS = ("answered", "expired", "cancelled", "delivery_failed")
 NOTIFY_TIMEOUT = 15.0
 #: a waiter whose request is due but could not be expired looks again this soon
 EXPIRY_RETRY_SECONDS = 1.0
+#: the expiry sweep looks at least this often: a request created by another process wakes no one here
+SWEEP_SECONDS = 30.0
 
 
 class BrokerError(Exception):
@@ -123,7 +125,7 @@ class Broker:
         for request_id in await self.store.due_expiries(now()):
             await self.expire(request_id)
         upcoming = await self.store.next_expiry()
-        delay = 30.0 if upcoming is None else min(max(upcoming - now(), 0.05), 30.0)
+        delay = SWEEP_SECONDS if upcoming is None else min(max(upcoming - now(), 0.05), SWEEP_SECONDS)
         with anyio.move_on_after(delay):
             await self._expiry_wake.wait()
         self._expiry_wake = anyio.Event()
