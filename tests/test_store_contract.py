@@ -207,6 +207,7 @@ async def test_a_key_reused_for_a_different_ask_is_a_conflict(engine: Engine, ch
     assert await store.get(other.id) is None
     assert await store.audit() == before  # no re-attach recorded, nothing queued
     assert len(await store.list()) == 1
+    assert (await store.create(ask(idempotency_key="k-2"), None))[1]  # and the store takes the next write
 
 
 async def test_a_dedupe_key_reattaches_only_while_its_request_is_pending(engine: Engine) -> None:
