@@ -73,9 +73,11 @@ SQL = re.compile(
 #: the rule below is applied to the store's engines only, whose string literals are SQL or messages
 SQL_FILES = ("src/hitl_mcp/store/",)
 SQL_CASE = (
-    "changes only the letter case of SQL outside its quoted literals: SQLite's keywords, identifiers and "
-    "pragma values are case-insensitive"
+    "changes only the letter case of SQL outside its quoted literals (SQLite's keywords, identifiers and "
+    "pragma values are case-insensitive), or of a column name looked up in a sqlite3.Row (whose keys are "
+    "case-insensitive too)"
 )
+ROW_KEY = r"\b(row|r|state)\[\s*{literal}\s*\]"
 
 
 def _strings(line: str) -> list[str] | None:
@@ -110,7 +112,11 @@ def sql_case_only(diff: str) -> bool:
     if len(changed) != 1 or removed[0].replace(changed[0][0], changed[0][1], 1) != added[0]:
         return False
     old, new = (ast.literal_eval(s) for s in changed[0])
-    return bool(SQL.search(old.upper())) and old != new and _fold_sql(old) == _fold_sql(new)
+    if old == new or old.lower() != new.lower():
+        return False
+    if re.search(ROW_KEY.format(literal=re.escape(changed[0][0])), removed[0]) and old.isidentifier():
+        return True  # sqlite3.Row["Column"] is sqlite3.Row["column"]
+    return bool(SQL.search(old.upper())) and _fold_sql(old) == _fold_sql(new)
 
 
 def load_equivalents() -> dict[tuple[str, str], str]:

@@ -254,6 +254,7 @@ async def test_the_first_reply_wins_and_later_ones_are_recorded_as_losing(engine
     assert lost.request == stored  # the loser learns the winning answer
     assert await store.get(request.id) == stored
     first, second = await store.replies(request.id)
+    assert first.request_id == second.request_id == request.id and first.id < second.id
     assert (first.responder, first.channel, first.choice, first.comment, first.won, first.reason) == (
         "alice",
         "a",
@@ -848,3 +849,12 @@ async def test_list_is_newest_first_and_pages_by_created_at(engine: Engine) -> N
         requests[3].id,
     ]
     assert await store.list(Status.CANCELLED) == []
+
+
+async def test_list_gives_a_hundred_at_most_unless_asked_for_more(engine: Engine) -> None:
+    store = engine.store
+    at = now() - 1000
+    for i in range(101):
+        await store.create(ask(text=f"Q{i}", created_at=at + i), None)
+    assert len(await store.list()) == 100
+    assert len(await store.list(limit=101)) == 101
