@@ -428,3 +428,51 @@ async def test_an_attempt_the_store_cannot_record_is_retried_after_the_lease(
     assert stuck.status == "sending"  # the send happened; the row waits for its lease to run out
     again = await claim_one(store, "slack", now() + outbox_module.LEASE_SECONDS + 1)
     assert again is not None and again.attempts == 2
+
+
+async def test_a_send_that_fails_after_the_request_was_settled_is_not_tried_again(
+    store: SqliteStore,
+) -> None:
+    """The request is answered elsewhere while this send is in flight, and the send fails: nobody needs
+    the question any more, so it is not sent later."""
+    sms = Scripted("sms", DeliveryError("503 unavailable"))
+    sms.release = anyio.Event()
+    outbox = Outbox(store, {"sms": sms})
+    request = await asked(store, "sms", "web")
+    row = await claim_one(store, "sms", now())
+    assert row is not None
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(outbox.attempt, row)
+            await until(lambda: bool(sms.sent), sms)  # in flight...
+            await store.resolve(
+                request.id, Reply(channel="web", responder="owner", text="eu"), {"answer": "eu"}
+            )
+            sms.release.set()  # ... and it fails: a retry is queued
+    while (again := await claim_one(store, "sms", now() + 3600)) is not None:
+        await outbox.attempt(again)
+    assert len(sms.sent) == 1
+    assert (await row_of(store, request, "sms")).status == "skipped"
+    assert [d.action for d in await store.deliveries(request.id)] == [
+        "deliver",
+        "deliver",
+    ]  # nothing to retract
+
+
+async def test_a_send_queued_for_a_request_settled_meanwhile_is_skipped(store: SqliteStore) -> None:
+    """A lease taken over, or a retry due, after the request was settled: the send is dropped."""
+    slack = Scripted("slack")
+    request = await asked(store, "slack")
+    row = await claim_one(store, "slack", now())
+    assert row is not None
+    await store.close_request(request.id, Status.CANCELLED, "claude-code", {"comment": None})
+    await Outbox(store, {"slack": slack}).attempt(row)
+    assert slack.sent == [] and slack.retracted == []
+    assert (await row_of(store, request, "slack")).status == "skipped"
+    # a notification is "settled" from the start: it is sent all the same
+    note = await asked(store, "slack", kind=Kind.NOTIFICATION)
+    (held,) = await store.claim_deliveries(
+        ["slack"], now(), 60, 10, ids=[(await row_of(store, note, "slack")).id]
+    )
+    await Outbox(store, {"slack": slack}).attempt(held)
+    assert [r.id for r in slack.sent] == [note.id]
