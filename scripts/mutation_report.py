@@ -111,7 +111,10 @@ def sql_case_only(diff: str) -> bool:
     changed = [(b, a) for b, a in zip(before, after, strict=True) if b != a]
     if len(changed) != 1 or removed[0].replace(changed[0][0], changed[0][1], 1) != added[0]:
         return False
-    old, new = (ast.literal_eval(s) for s in changed[0])
+    try:
+        old, new = (ast.literal_eval(s) for s in changed[0])
+    except ValueError:  # an f-string: not judged here
+        return False
     if old == new or old.lower() != new.lower():
         return False
     if re.search(ROW_KEY.format(literal=re.escape(changed[0][0])), removed[0]) and old.isidentifier():
