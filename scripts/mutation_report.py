@@ -68,7 +68,7 @@ def changed_lines(diff: str) -> str:
 
 SQL = re.compile(
     r"\b(SELECT|INSERT|UPDATE|DELETE|BEGIN|COMMIT|ROLLBACK|PRAGMA|FROM|WHERE|VALUES|SET|AND|OR|ORDER BY|"
-    r"LIMIT|JOIN|RETURNING|COALESCE|INDEXED BY)\b"
+    r"LIMIT|JOIN|RETURNING|COALESCE|INDEXED BY)\b|\w+ = \?"
 )
 #: the rule below is applied to the store's engines only, whose string literals are SQL or messages
 SQL_FILES = ("src/hitl_mcp/store/",)
@@ -77,7 +77,7 @@ SQL_CASE = (
     "pragma values are case-insensitive), or of a column name looked up in a sqlite3.Row (whose keys are "
     "case-insensitive too)"
 )
-ROW_KEY = r"\b(row|r|state)\[\s*{literal}\s*\]"
+ROW_KEY = r"""\b(?:row|r|state)\[\s*(["'])(?P<name>[a-z_]+)\1\s*\]"""
 
 
 def _strings(line: str) -> list[str] | None:
@@ -100,25 +100,31 @@ def _fold_sql(text: str) -> str:
 
 
 def sql_case_only(diff: str) -> bool:
-    """Whether the mutant changes one SQL string literal, and only in letter case outside its quotes."""
+    """Whether the mutant only changes letter case: of one SQL string literal outside its quotes, or of
+    a column name looked up in a sqlite3.Row."""
     removed = [line[1:] for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
     added = [line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
     if len(removed) != 1 or len(added) != 1:
         return False
-    before, after = _strings(removed[0]), _strings(added[0])
+    old_line, new_line = removed[0], added[0]
+    if old_line == new_line or old_line.lower() != new_line.lower():
+        return False
+    # a Row key: the case changes only inside row["..."] (or r[...], state[...]), also within an f-string
+    first = next(i for i, (a, b) in enumerate(zip(old_line, new_line, strict=True)) if a != b)
+    last = max(i for i, (a, b) in enumerate(zip(old_line, new_line, strict=True)) if a != b)
+    for key in re.finditer(ROW_KEY, old_line):
+        if key.start("name") <= first and last < key.end("name"):
+            return True
+    before, after = _strings(old_line), _strings(new_line)
     if before is None or after is None or len(before) != len(after):
         return False
     changed = [(b, a) for b, a in zip(before, after, strict=True) if b != a]
-    if len(changed) != 1 or removed[0].replace(changed[0][0], changed[0][1], 1) != added[0]:
+    if len(changed) != 1:
         return False
     try:
         old, new = (ast.literal_eval(s) for s in changed[0])
     except ValueError:  # an f-string: not judged here
         return False
-    if old == new or old.lower() != new.lower():
-        return False
-    if re.search(ROW_KEY.format(literal=re.escape(changed[0][0])), removed[0]) and old.isidentifier():
-        return True  # sqlite3.Row["Column"] is sqlite3.Row["column"]
     return bool(SQL.search(old.upper())) and _fold_sql(old) == _fold_sql(new)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from hitl_mcp.models import Kind, Request, Status, now
+from hitl_mcp.models import Kind, Reply, Request, Status, now
 from hitl_mcp.store import sqlite as sqlite_module
 from hitl_mcp.store.base import StoreError
 from hitl_mcp.store.sqlite import BUSY_TIMEOUT_MS, MIGRATIONS, SqliteStore, _in_words, _split_sql
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    store = SqliteStore(tmp_path / "state" / "hitl.sqlite3")
+    store = SqliteStore(tmp_path / "home" / "state" / "hitl.sqlite3")
     await store.open()
     try:
         yield store
@@ -76,6 +76,11 @@ async def test_a_reopened_store_has_everything_and_runs_no_migration_twice(tmp_p
     await again.open()
     try:
         assert await again.get(request.id) == request
+        assert (await again.verify_audit()).rows == 1
+        await again.maintain()
+        await again.close()
+        await again.open()  # the same store object, closed and opened again, checkpoints again
+        await again.maintain()
         assert (await again.verify_audit()).rows == 1
     finally:
         await again.close()
@@ -162,18 +167,24 @@ def test_migrations_split_into_statements_with_triggers_whole() -> None:
     script = """
     CREATE TABLE a (x);
     CREATE TRIGGER a_no_update BEFORE UPDATE ON a
-        BEGIN SELECT RAISE(ABORT, 'no'); END;
+    BEGIN
+        SELECT RAISE(ABORT, 'no');
+    END;
+    create trigger a_no_delete before delete on a
+    begin
+        select raise(abort, 'no');
+    end;
     CREATE INDEX a_x ON a(x)
     """
     assert _split_sql(script) == [
         "CREATE TABLE a (x);",
-        "CREATE TRIGGER a_no_update BEFORE UPDATE ON a\n        BEGIN SELECT RAISE(ABORT, 'no'); END;",
-        "CREATE INDEX a_x ON a(x)",
+        "CREATE TRIGGER a_no_update BEFORE UPDATE ON a\n    BEGIN\n        SELECT RAISE(ABORT, 'no');"
+        "\n    END;",
+        "create trigger a_no_delete before delete on a\n    begin\n        select raise(abort, 'no');"
+        "\n    end;",
+        "CREATE INDEX a_x ON a(x)",  # the last statement may do without its semicolon
     ]
     assert _split_sql("  \n ") == []
-    assert _split_sql("create trigger t after insert on a begin select 1; end;") == [
-        "create trigger t after insert on a begin select 1; end;"
-    ]
 
 
 def failure(code: int | None, message: str = "boom") -> sqlite3.OperationalError:
@@ -270,3 +281,64 @@ async def test_maintain_moves_the_wal_into_the_database_file(store: SqliteStore)
         )
     finally:
         reader.close()
+
+
+async def test_a_store_closed_by_a_cancelled_task_is_closed_all_the_same(store: SqliteStore) -> None:
+    await store.maintain()  # with its checkpoint connection open too
+    with anyio.CancelScope() as scope:
+        scope.cancel()  # the server is shutting down
+        await store.close()
+    with pytest.raises(RuntimeError, match=r"^the store is not open$"):
+        await store.get("x")
+
+
+async def test_a_write_whose_caller_gives_up_while_it_waits_still_completes_whole(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A unit of work cannot be cancelled half way: the cancelled call returns once it is done."""
+    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_MS", 5000)
+    other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    returned: list[float] = []
+    released: list[float] = []
+
+    async def write() -> None:
+        with anyio.CancelScope() as scope:
+            caller.append(scope)
+            await store.create(question("given up"), None)
+        returned.append(anyio.current_time())
+
+    caller: list[anyio.CancelScope] = []
+    try:
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write)
+                await anyio.sleep(0.1)  # the write waits in a thread for the lock
+                caller[0].cancel()
+                await anyio.sleep(0.2)
+                released.append(anyio.current_time())
+                other.execute("COMMIT")
+    finally:
+        other.close()
+    assert returned[0] >= released[0]
+    assert [r.text for r in await store.list()] == ["given up"]
+
+
+async def test_at_its_expiry_time_a_request_is_expired(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The boundary is the sweep's (due at ``expires_at <= now``): a reply or a cancel at that instant
+    is late."""
+    at = now()
+    question_ = question("late reply", default_answer="no", expires_at=at)
+    cancelled = question("late cancel", default_answer="no", expires_at=at)
+    for request in (question_, cancelled):
+        await store.create(request, None)
+    monkeypatch.setattr(sqlite_module, "now", lambda: at)
+    assert set(await store.due_expiries(at)) == {question_.id, cancelled.id}
+    settled = await store.resolve(
+        question_.id, Reply(channel="web", responder="owner", text="yes"), {"answer": "yes"}
+    )
+    assert settled is not None and (settled.request.status, settled.request.answer) == (Status.EXPIRED, "no")
+    closed = await store.close_request(cancelled.id, Status.CANCELLED, "claude-code", {"comment": None})
+    assert closed is not None and closed.request.status == Status.EXPIRED

@@ -210,6 +210,15 @@ async def test_a_key_reused_for_a_different_ask_is_a_conflict(engine: Engine, ch
     assert (await store.create(ask(idempotency_key="k-2"), None))[1]  # and the store takes the next write
 
 
+async def test_an_idempotency_key_wins_over_a_dedupe_key(engine: Engine) -> None:
+    store = engine.store
+    first = ask(idempotency_key="k-1", session_key="s")
+    await store.create(first, "dedupe-1")
+    await store.resolve(first.id, reply(text="yes"), {"answer": "yes"})
+    found, created = await store.create(ask(idempotency_key="k-1", session_key="s"), "dedupe-1")
+    assert not created and found.id == first.id and found.answer == "yes"
+
+
 async def test_a_dedupe_key_reattaches_only_while_its_request_is_pending(engine: Engine) -> None:
     store = engine.store
     first = ask(session_key="s")
@@ -250,7 +259,7 @@ async def test_the_first_reply_wins_and_later_ones_are_recorded_as_losing(engine
     assert (stored.responder, stored.channel, stored.approved) == ("alice", "a", None)
     assert stored.closed_at is not None and request.created_at <= stored.closed_at <= now()
     lost = await store.resolve(request.id, reply("bob", "b", text="us"), {"answer": "us"})
-    assert lost is not None and not lost.won
+    assert lost is not None and lost.won is False
     assert lost.request == stored  # the loser learns the winning answer
     assert await store.get(request.id) == stored
     first, second = await store.replies(request.id)
@@ -346,7 +355,7 @@ async def test_a_reply_after_the_expiry_time_finds_it_expired_even_before_the_sw
     for request in (question, approval):
         await store.create(request, None)
     settled = await store.resolve(question.id, reply(text="yes"), {"answer": "yes"})
-    assert settled is not None and not settled.won
+    assert settled is not None and settled.won is False
     assert (settled.request.status, settled.request.answer) == (Status.EXPIRED, "no")
     assert settled.request == await store.get(question.id)
     assert settled.request.responder is None and settled.request.closed_at is not None
@@ -357,7 +366,7 @@ async def test_a_reply_after_the_expiry_time_finds_it_expired_even_before_the_sw
     (lost,) = await store.replies(question.id)
     assert not lost.won and lost.reason == "request was already expired"
     settled = await store.resolve(approval.id, reply(decision="approve"), {"approved": True})
-    assert settled is not None and not settled.won
+    assert settled is not None and settled.won is False
     assert (settled.request.status, settled.request.approved) == (Status.EXPIRED, False)
     assert (await events(store, approval.id))[1] == ("expired", "expiry", {"approved": False})
 
@@ -397,10 +406,10 @@ async def test_close_request_settles_only_a_pending_request(engine: Engine) -> N
     assert (await store.audit(request.id))[-1].at == stored.closed_at
     # again, or expired after: unchanged, nothing recorded
     again = await store.close_request(request.id, Status.EXPIRED, "expiry", {"approved": False})
-    assert again is not None and not again.won and again.request == stored
+    assert again is not None and again.won is False and again.request == stored
     assert await events(store, request.id) == trail
     lost = await store.resolve(request.id, reply(decision="approve"), {"approved": True})
-    assert lost is not None and not lost.won and lost.request.status == Status.CANCELLED
+    assert lost is not None and lost.won is False and lost.request.status == Status.CANCELLED
     assert (await store.replies(request.id))[0].reason == "request was already cancelled"
 
 
@@ -440,11 +449,11 @@ async def test_settling_skips_unsent_deliveries_and_queues_retractions_where_one
     engine: Engine,
 ) -> None:
     store = engine.store
-    store.silent_channels = frozenset({"web"})
-    request = ask(channels=["slack", "sms", "web", "mail"])
+    store.silent_channels = frozenset({"web", "form"})
+    request = ask(channels=["slack", "sms", "web", "mail", "form"])
     await store.create(request, None)
     at = request.created_at
-    for row in await store.claim_deliveries(["slack", "web", "mail"], at, 60, 10):
+    for row in await store.claim_deliveries(["slack", "web", "mail", "form"], at, 60, 10):
         if row.channel == "mail":
             await store.finish_delivery(row.id, status="failed", error="550 no such user")
         else:
@@ -456,10 +465,27 @@ async def test_settling_skips_unsent_deliveries_and_queues_retractions_where_one
         ("sms", "deliver"): "skipped",  # never sent: the person will not be asked after the fact
         ("web", "deliver"): "sent",  # a silent channel: nothing to retract
         ("mail", "deliver"): "failed",
+        ("form", "deliver"): "sent",  # silent too
         ("slack", "retract"): "queued",
     }
-    (retraction,) = await store.claim_deliveries(["slack", "sms", "web", "mail"], now(), 60, 10)
+    (retraction,) = await store.claim_deliveries(["slack", "sms", "web", "mail", "form"], now(), 60, 10)
     assert (retraction.channel, retraction.action, retraction.attempts) == ("slack", "retract", 1)
+
+
+@pytest.mark.parametrize("status", [Status.CANCELLED, Status.EXPIRED])
+async def test_closing_a_request_retracts_it_too(engine: Engine, status: Status) -> None:
+    store = engine.store
+    request = ask(channels=["slack", "sms"])
+    await store.create(request, None)
+    (slack,) = await store.claim_deliveries(["slack"], request.created_at, 60, 10)
+    await store.finish_delivery(slack.id, status="sent", ref="ts-1")
+    await store.close_request(request.id, status, "claude-code", {"comment": None})
+    rows = [(d.channel, d.action, d.status) for d in await store.deliveries(request.id)]
+    assert rows == [
+        ("slack", "deliver", "sent"),
+        ("sms", "deliver", "skipped"),
+        ("slack", "retract", "queued"),
+    ]
 
 
 async def test_a_send_that_lands_after_settlement_queues_its_retraction(engine: Engine) -> None:
