@@ -20,10 +20,11 @@ import pytest
 from hitl_mcp import outbox as outbox_module
 from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery, DeliveryError
 from hitl_mcp.models import Kind, Reply, Request, Status, now
-from hitl_mcp.outbox import MAX_ATTEMPTS, Outbox, backoff
+from hitl_mcp.outbox import DELIVERY_RETRY, MAX_ATTEMPTS, Outbox
 from hitl_mcp.store import sqlite as sqlite_module
 from hitl_mcp.store.base import DeliveryRow
 from hitl_mcp.store.sqlite import SqliteStore
+from tests.settle import close_request, resolve
 
 pytestmark = pytest.mark.anyio
 
@@ -105,9 +106,14 @@ async def trail(store: SqliteStore, request: Request) -> list[tuple[str, dict[st
     return [(a.event, a.data) for a in await store.audit(request.id)][1:]
 
 
+def backoff(attempt: int) -> float:
+    return DELIVERY_RETRY.delay(attempt)
+
+
 def test_backoff_doubles_from_a_second_up_to_five_minutes() -> None:
     assert [backoff(n) for n in range(1, 12)] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]
     assert isinstance(backoff(1), float)
+    assert DELIVERY_RETRY.maximum_attempts == MAX_ATTEMPTS == 8
 
 
 async def test_a_sent_delivery_keeps_the_providers_reference(store: SqliteStore) -> None:
@@ -267,7 +273,7 @@ async def test_a_retraction_carries_what_that_channels_send_returned(store: Sqli
     request = await asked(store, "slack", "sms")
     for row in await store.claim_deliveries(["slack", "sms"], now(), 60, 10):
         await outbox.attempt(row)
-    await store.resolve(request.id, Reply(channel="sms", responder="+1555", text="yes"), {"answer": "yes"})
+    await resolve(store, request.id, Reply(channel="sms", responder="+1555", text="yes"), {"answer": "yes"})
     for row in await store.claim_deliveries(["slack", "sms"], now(), 60, 10):
         assert row.action == "retract"
         await outbox.attempt(row)
@@ -326,7 +332,7 @@ async def test_queued_sends_are_skipped_once_the_request_is_settled(
     row = await claim_one(store, "slack", now())
     assert row is not None
     await Outbox(store, {"slack": slack}).attempt(row)
-    await store.resolve(request.id, Reply(channel="slack", responder="U1", text="go"), {"answer": "go"})
+    await resolve(store, request.id, Reply(channel="slack", responder="U1", text="go"), {"answer": "go"})
     outbox = Outbox(store, {"slack": slack, "sms": sms})
     async with anyio.create_task_group() as tg:
         tg.start_soon(outbox.run)
@@ -346,7 +352,7 @@ async def test_a_send_that_lands_after_settlement_is_retracted(
     async with anyio.create_task_group() as tg:
         tg.start_soon(outbox.run)
         await until(lambda: bool(slack.sent), slack)  # the send is in flight...
-        await store.close_request(request.id, Status.CANCELLED, "claude-code", {"comment": None})
+        await close_request(store, request.id, Status.CANCELLED, "claude-code", {"comment": None})
         slack.release.set()  # ... and lands after the cancel
         outbox.kick()
         await until(lambda: bool(slack.retracted), slack)
@@ -445,8 +451,8 @@ async def test_a_send_that_fails_after_the_request_was_settled_is_not_tried_agai
         async with anyio.create_task_group() as tg:
             tg.start_soon(outbox.attempt, row)
             await until(lambda: bool(sms.sent), sms)  # in flight...
-            await store.resolve(
-                request.id, Reply(channel="web", responder="owner", text="eu"), {"answer": "eu"}
+            await resolve(
+                store, request.id, Reply(channel="web", responder="owner", text="eu"), {"answer": "eu"}
             )
             sms.release.set()  # ... and it fails: a retry is queued
     while (again := await claim_one(store, "sms", now() + 3600)) is not None:
@@ -465,7 +471,7 @@ async def test_a_send_queued_for_a_request_settled_meanwhile_is_skipped(store: S
     request = await asked(store, "slack")
     row = await claim_one(store, "slack", now())
     assert row is not None
-    await store.close_request(request.id, Status.CANCELLED, "claude-code", {"comment": None})
+    await close_request(store, request.id, Status.CANCELLED, "claude-code", {"comment": None})
     await Outbox(store, {"slack": slack}).attempt(row)
     assert slack.sent == [] and slack.retracted == []
     assert (await row_of(store, request, "slack")).status == "skipped"

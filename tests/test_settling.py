@@ -20,12 +20,13 @@ import pytest
 
 from hitl_mcp import broker as broker_module
 from hitl_mcp import outbox as outbox_module
-from hitl_mcp.broker import AskSpec, Broker, BrokerError, Defaults, NotFound, ReplyInvalid, UnknownChannel
+from hitl_mcp.broker import AskDefaults, AskSpec, Broker, BrokerError, NotFound, ReplyInvalid, UnknownChannel
 from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery, DeliveryError
 from hitl_mcp.models import Kind, Reply, Request, Status, now, payload_sha256
 from hitl_mcp.results import to_outcome
 from hitl_mcp.store import sqlite as sqlite_module
 from hitl_mcp.store.sqlite import SqliteStore
+from tests.settle import close_request, resolve
 
 pytestmark = pytest.mark.anyio
 
@@ -122,7 +123,7 @@ async def make_broker(
     broker = Broker(
         store,
         {c.name: c for c in channels},
-        Defaults(
+        AskDefaults(
             channels={
                 Kind.QUESTION: names[:1],
                 Kind.APPROVAL: names[:1],
@@ -462,7 +463,8 @@ async def test_a_cancel_that_loses_the_race_to_a_reply_still_wakes_this_process(
     heard: list[tuple[str, str]] = []
     broker.listen(lambda request_id, event: heard.append((request_id, event)))
     stale = await broker.get_or_raise(request.id)
-    await broker.store.resolve(request.id, by(text="eu"), {"answer": "eu"})  # as another process would
+    silent = outbox_module.silent_channels(broker.channels)  # as another process would
+    await resolve(broker.store, request.id, by(text="eu"), {"answer": "eu"}, silent=silent)
 
     async def read_before_the_reply(request_id: str) -> Request:
         return stale
@@ -890,7 +892,7 @@ async def test_the_wal_is_checkpointed_in_the_background_and_a_failed_round_says
 
 async def test_channels_see_the_public_url_and_state_dir(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "b.sqlite3")
-    broker = Broker(store, {}, Defaults({}, {}), state_dir=tmp_path, public_url="https://hitl.example.com")
+    broker = Broker(store, {}, AskDefaults({}, {}), state_dir=tmp_path, public_url="https://hitl.example.com")
     assert (broker.state_dir, broker.public_url) == (tmp_path, "https://hitl.example.com")
 
 
@@ -937,7 +939,7 @@ async def test_a_settlement_written_by_another_process_reaches_listeners_and_wai
             heard: list[tuple[str, str]] = []
             unsubscribe = broker.listen(lambda request_id, event: heard.append((request_id, event)))
             # a listener alone (the inbox's live page) hears what another process wrote
-            await other.resolve(first.id, by(text="eu"), {"answer": "eu"})
+            await resolve(other, first.id, by(text="eu"), {"answer": "eu"})
 
             async def heard_it() -> bool:
                 return (first.id, "answered") in heard
@@ -953,7 +955,7 @@ async def test_a_settlement_written_by_another_process_reaches_listeners_and_wai
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(wait)
                     await anyio.wait_all_tasks_blocked()
-                    await other.close_request(second.id, Status.CANCELLED, "cli", {"comment": None})
+                    await close_request(other, second.id, Status.CANCELLED, "cli", {"comment": None})
             assert seen[0].status == Status.CANCELLED
         finally:
             await other.close()

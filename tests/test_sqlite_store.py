@@ -18,6 +18,7 @@ from hitl_mcp.models import Kind, Reply, Request, Status, now
 from hitl_mcp.store import sqlite as sqlite_module
 from hitl_mcp.store.base import StoreError
 from hitl_mcp.store.sqlite import BUSY_TIMEOUT_MS, MIGRATIONS, SqliteStore, _in_words, _split_sql
+from tests.settle import close_request, resolve, verify_audit
 
 pytestmark = pytest.mark.anyio
 
@@ -50,7 +51,7 @@ async def test_readers_are_never_blocked_by_another_processs_writer(store: Sqlit
         other.execute("BEGIN IMMEDIATE")  # another process is writing
         with anyio.fail_after(1):
             assert [r.text for r in await store.list()] == ["Which region?"]
-            assert (await store.verify_audit()).ok
+            assert (await verify_audit(store)).ok
         other.execute("ROLLBACK")
     finally:
         other.close()
@@ -76,12 +77,12 @@ async def test_a_reopened_store_has_everything_and_runs_no_migration_twice(tmp_p
     await again.open()
     try:
         assert await again.get(request.id) == request
-        assert (await again.verify_audit()).rows == 1
+        assert (await verify_audit(again)).rows == 1
         await again.maintain()
         await again.close()
         await again.open()  # the same store object, closed and opened again, checkpoints again
         await again.maintain()
-        assert (await again.verify_audit()).rows == 1
+        assert (await verify_audit(again)).rows == 1
     finally:
         await again.close()
     db = sqlite3.connect(path)
@@ -336,9 +337,9 @@ async def test_at_its_expiry_time_a_request_is_expired(
         await store.create(request, None)
     monkeypatch.setattr(sqlite_module, "now", lambda: at)
     assert set(await store.due_expiries(at)) == {question_.id, cancelled.id}
-    settled = await store.resolve(
-        question_.id, Reply(channel="web", responder="owner", text="yes"), {"answer": "yes"}
+    settled = await resolve(
+        store, question_.id, Reply(channel="web", responder="owner", text="yes"), {"answer": "yes"}
     )
     assert settled is not None and (settled.request.status, settled.request.answer) == (Status.EXPIRED, "no")
-    closed = await store.close_request(cancelled.id, Status.CANCELLED, "claude-code", {"comment": None})
+    closed = await close_request(store, cancelled.id, Status.CANCELLED, "claude-code", {"comment": None})
     assert closed is not None and closed.request.status == Status.EXPIRED

@@ -24,6 +24,7 @@ from hitl_mcp.audit import GENESIS, row_hash
 from hitl_mcp.models import Kind, Reply, Request, Status, now, payload_sha256
 from hitl_mcp.store.base import KeyConflict, Store
 from hitl_mcp.store.sqlite import SqliteStore
+from tests.settle import close_request, resolve, verify_audit
 
 pytestmark = pytest.mark.anyio
 
@@ -176,7 +177,7 @@ async def test_an_idempotency_key_reattaches_within_its_owner(engine: Engine) ->
     found, created = await store.create(theirs, None)
     assert created and found.id == theirs.id
     # the key still finds its request once that is answered: the answer is what re-attaching returns
-    await store.resolve(first.id, reply(text="yes"), {"answer": "yes"})
+    await resolve(store, first.id, reply(text="yes"), {"answer": "yes"})
     found, created = await store.create(ask(idempotency_key="k-1"), None)
     assert not created and found.id == first.id and found.answer == "yes"
     assert [r.id for r in await store.list()] == [theirs.id, first.id]
@@ -214,7 +215,7 @@ async def test_an_idempotency_key_wins_over_a_dedupe_key(engine: Engine) -> None
     store = engine.store
     first = ask(idempotency_key="k-1", session_key="s")
     await store.create(first, "dedupe-1")
-    await store.resolve(first.id, reply(text="yes"), {"answer": "yes"})
+    await resolve(store, first.id, reply(text="yes"), {"answer": "yes"})
     found, created = await store.create(ask(idempotency_key="k-1", session_key="s"), "dedupe-1")
     assert not created and found.id == first.id and found.answer == "yes"
 
@@ -229,7 +230,7 @@ async def test_a_dedupe_key_reattaches_only_while_its_request_is_pending(engine:
     other, created = await store.create(ask(session_key="s"), "dedupe-2")
     assert created and other.id != first.id
     # asked again after it was answered: a new request
-    await store.resolve(first.id, reply(text="yes"), {"answer": "yes"})
+    await resolve(store, first.id, reply(text="yes"), {"answer": "yes"})
     again, created = await store.create(ask(session_key="s"), "dedupe-1")
     assert created and again.id != first.id and again.status == Status.PENDING
     # ... and the repeat of that one re-attaches to it, not to the answered one
@@ -245,7 +246,7 @@ async def test_the_first_reply_wins_and_later_ones_are_recorded_as_losing(engine
     request = ask(choices=["eu", "us"])
     await store.create(request, None)
     outcome = {"answer": "eu", "choice": "eu", "approved": None, "comment": "closest"}
-    won = await store.resolve(request.id, reply("alice", "a", choice="eu", comment="closest"), outcome)
+    won = await resolve(store, request.id, reply("alice", "a", choice="eu", comment="closest"), outcome)
     assert won is not None and won.won
     stored = await store.get(request.id)
     assert won.request == stored
@@ -258,7 +259,7 @@ async def test_the_first_reply_wins_and_later_ones_are_recorded_as_losing(engine
     )
     assert (stored.responder, stored.channel, stored.approved) == ("alice", "a", None)
     assert stored.closed_at is not None and request.created_at <= stored.closed_at <= now()
-    lost = await store.resolve(request.id, reply("bob", "b", text="us"), {"answer": "us"})
+    lost = await resolve(store, request.id, reply("bob", "b", text="us"), {"answer": "us"})
     assert lost is not None and lost.won is False
     assert lost.request == stored  # the loser learns the winning answer
     assert await store.get(request.id) == stored
@@ -293,7 +294,7 @@ async def test_an_approval_is_stored_as_decided(engine: Engine, decision: str) -
     request = ask(Kind.APPROVAL)
     await store.create(request, None)
     approved = decision == "approve"
-    settled = await store.resolve(request.id, reply(decision=decision), {"approved": approved})
+    settled = await resolve(store, request.id, reply(decision=decision), {"approved": approved})
     assert settled is not None and settled.won and settled.request.approved is approved
     stored = await store.get(request.id)
     assert stored is not None and stored.approved is approved and stored.answer is None
@@ -325,7 +326,7 @@ async def test_one_winner_among_concurrent_replies_from_separate_connections(eng
                 other = await engine.connect()
                 try:
                     barrier.wait(timeout=10)
-                    settled = await other.resolve(request_id, reply(who, text=who), {"answer": who})
+                    settled = await resolve(other, request_id, reply(who, text=who), {"answer": who})
                     assert settled is not None
                     verdicts.append((who, settled.won))
                 finally:
@@ -345,7 +346,7 @@ async def test_one_winner_among_concurrent_replies_from_separate_connections(eng
         assert stored is not None and stored.answer == winners[0] == stored.responder
         assert sorted(r.won for r in await store.replies(request.id)) == [False] * (contenders - 1) + [True]
         assert [e for e, _, _ in await events(store, request.id)].count("answered") == 1
-    assert (await store.verify_audit()).ok
+    assert (await verify_audit(store)).ok
 
 
 async def test_a_reply_after_the_expiry_time_finds_it_expired_even_before_the_sweep(engine: Engine) -> None:
@@ -354,7 +355,7 @@ async def test_a_reply_after_the_expiry_time_finds_it_expired_even_before_the_sw
     approval = ask(Kind.APPROVAL, created_at=now() - 10, expires_at=now() - 1)
     for request in (question, approval):
         await store.create(request, None)
-    settled = await store.resolve(question.id, reply(text="yes"), {"answer": "yes"})
+    settled = await resolve(store, question.id, reply(text="yes"), {"answer": "yes"})
     assert settled is not None and settled.won is False
     assert (settled.request.status, settled.request.answer) == (Status.EXPIRED, "no")
     assert settled.request == await store.get(question.id)
@@ -365,15 +366,15 @@ async def test_a_reply_after_the_expiry_time_finds_it_expired_even_before_the_sw
     ]
     (lost,) = await store.replies(question.id)
     assert not lost.won and lost.reason == "request was already expired"
-    settled = await store.resolve(approval.id, reply(decision="approve"), {"approved": True})
+    settled = await resolve(store, approval.id, reply(decision="approve"), {"approved": True})
     assert settled is not None and settled.won is False
     assert (settled.request.status, settled.request.approved) == (Status.EXPIRED, False)
     assert (await events(store, approval.id))[1] == ("expired", "expiry", {"approved": False})
 
 
 async def test_unknown_requests_are_none(engine: Engine) -> None:
-    assert await engine.store.resolve("nope", reply(text="x"), {"answer": "x"}) is None
-    assert await engine.store.close_request("nope", Status.CANCELLED, "agent", {}) is None
+    assert await resolve(engine.store, "nope", reply(text="x"), {"answer": "x"}) is None
+    assert await close_request(engine.store, "nope", Status.CANCELLED, "agent", {}) is None
     assert await engine.store.replies("nope") == []
     assert await engine.store.deliveries("nope") == []
 
@@ -385,7 +386,8 @@ async def test_close_request_settles_only_a_pending_request(engine: Engine) -> N
     store = engine.store
     request = ask(Kind.APPROVAL)
     await store.create(request, None)
-    settled = await store.close_request(
+    settled = await close_request(
+        store,
         request.id,
         Status.CANCELLED,
         "claude-code",
@@ -405,10 +407,10 @@ async def test_close_request_settles_only_a_pending_request(engine: Engine) -> N
     assert trail[-1] == ("cancelled", "claude-code", {"comment": "wrong branch", "approved": False})
     assert (await store.audit(request.id))[-1].at == stored.closed_at
     # again, or expired after: unchanged, nothing recorded
-    again = await store.close_request(request.id, Status.EXPIRED, "expiry", {"approved": False})
+    again = await close_request(store, request.id, Status.EXPIRED, "expiry", {"approved": False})
     assert again is not None and again.won is False and again.request == stored
     assert await events(store, request.id) == trail
-    lost = await store.resolve(request.id, reply(decision="approve"), {"approved": True})
+    lost = await resolve(store, request.id, reply(decision="approve"), {"approved": True})
     assert lost is not None and lost.won is False and lost.request.status == Status.CANCELLED
     assert (await store.replies(request.id))[0].reason == "request was already cancelled"
 
@@ -417,7 +419,7 @@ async def test_expiring_a_question_gives_its_default_answer(engine: Engine) -> N
     store = engine.store
     request = ask(default_answer="eu")
     await store.create(request, None)
-    settled = await store.close_request(request.id, Status.EXPIRED, "expiry", {"answer": "eu"})
+    settled = await close_request(store, request.id, Status.EXPIRED, "expiry", {"answer": "eu"})
     assert settled is not None and settled.won
     assert (settled.request.status, settled.request.answer) == (Status.EXPIRED, "eu")
     assert settled.request == await store.get(request.id)
@@ -432,7 +434,7 @@ async def test_a_cancel_after_the_expiry_time_ends_as_expired(engine: Engine, ki
     outcome: dict[str, Any] = {"comment": "changed my mind"}
     if kind == Kind.APPROVAL:
         outcome["approved"] = False
-    settled = await store.close_request(request.id, Status.CANCELLED, "claude-code", outcome)
+    settled = await close_request(store, request.id, Status.CANCELLED, "claude-code", outcome)
     assert settled is not None and settled.won  # this call changed the row: to expired
     stored = await store.get(request.id)
     assert settled.request == stored and stored is not None
@@ -449,7 +451,6 @@ async def test_settling_skips_unsent_deliveries_and_queues_retractions_where_one
     engine: Engine,
 ) -> None:
     store = engine.store
-    store.silent_channels = frozenset({"web", "form"})
     request = ask(channels=["slack", "sms", "web", "mail", "form"])
     await store.create(request, None)
     at = request.created_at
@@ -458,7 +459,8 @@ async def test_settling_skips_unsent_deliveries_and_queues_retractions_where_one
             await store.finish_delivery(row.id, status="failed", error="550 no such user")
         else:
             await store.finish_delivery(row.id, status="sent", ref=f"{row.channel}-1")
-    await store.resolve(request.id, reply(channel="web", text="go"), {"answer": "go"})
+    silent = frozenset({"web", "form"})  # channels that send nothing when a request settles
+    await resolve(store, request.id, reply(channel="web", text="go"), {"answer": "go"}, silent=silent)
     rows = {(d.channel, d.action): d.status for d in await store.deliveries(request.id)}
     assert rows == {
         ("slack", "deliver"): "sent",
@@ -479,7 +481,7 @@ async def test_closing_a_request_retracts_it_too(engine: Engine, status: Status)
     await store.create(request, None)
     (slack,) = await store.claim_deliveries(["slack"], request.created_at, 60, 10)
     await store.finish_delivery(slack.id, status="sent", ref="ts-1")
-    await store.close_request(request.id, status, "claude-code", {"comment": None})
+    await close_request(store, request.id, status, "claude-code", {"comment": None})
     rows = [(d.channel, d.action, d.status) for d in await store.deliveries(request.id)]
     assert rows == [
         ("slack", "deliver", "sent"),
@@ -493,7 +495,7 @@ async def test_a_send_that_lands_after_settlement_queues_its_retraction(engine: 
     request = ask(channels=["slack", "sms"])
     await store.create(request, None)
     (slack, sms) = await store.claim_deliveries(["slack", "sms"], request.created_at, 60, 10)
-    await store.close_request(request.id, Status.CANCELLED, "claude-code", {"comment": None})
+    await close_request(store, request.id, Status.CANCELLED, "claude-code", {"comment": None})
     assert [d.action for d in await store.deliveries(request.id)] == ["deliver", "deliver"]
     await store.finish_delivery(slack.id, status="sent", ref="ts-1")
     await store.finish_delivery(sms.id, status="failed", error="unreachable")
@@ -536,11 +538,11 @@ async def test_due_expiries_lists_pending_requests_past_due_oldest_first(engine:
     assert await store.due_expiries(at, limit=3) == [r.id for r in due[:3]]
     assert await store.due_expiries(due[4].expires_at or 0) == [r.id for r in due[:5]]  # due at its time
     for request_id in first:
-        await store.close_request(request_id, Status.EXPIRED, "expiry", {"answer": None})
+        await close_request(store, request_id, Status.EXPIRED, "expiry", {"answer": None})
     assert await store.due_expiries(at) == [r.id for r in due[100:]]
     assert await store.next_expiry() == due[100].expires_at
     for request in due[100:]:
-        await store.close_request(request.id, Status.EXPIRED, "expiry", {"answer": None})
+        await close_request(store, request.id, Status.EXPIRED, "expiry", {"answer": None})
     assert await store.due_expiries(at + 3600) == [later.id]
     assert await store.next_expiry() == later.expires_at
 
@@ -553,7 +555,7 @@ async def test_settled_requests_past_due_never_hide_a_pending_one(engine: Engine
     for i in range(120):
         answered = ask(text=f"answered {i}", expires_at=at + 30)
         await store.create(answered, None)
-        await store.resolve(answered.id, reply(text="ok"), {"answer": "ok"})
+        await resolve(store, answered.id, reply(text="ok"), {"answer": "ok"})
     pending = ask(text="pending", expires_at=at + 40)
     await store.create(pending, None)
     assert await store.due_expiries(at + 50) == [pending.id]
@@ -667,7 +669,7 @@ async def test_retractions_are_recorded_as_such(engine: Engine) -> None:
     await store.create(request, None)
     for row in await store.claim_deliveries(["a", "b"], request.created_at, 60, 10):
         await store.finish_delivery(row.id, status="sent", ref=f"{row.channel}-1")
-    await store.resolve(request.id, reply(text="ok"), {"answer": "ok"})
+    await resolve(store, request.id, reply(text="ok"), {"answer": "ok"})
     a, b = await store.claim_deliveries(["a", "b"], now(), 60, 10)
     assert (a.action, b.action) == ("retract", "retract")
     await store.finish_delivery(a.id, status="queued", error="timeout", next_attempt_at=now() + 1)
@@ -695,7 +697,7 @@ async def test_open_deliveries_are_pending_requests_this_channel_has_sent(engine
         for row in await store.claim_deliveries(["slack", "web"], at, 60, 10):
             await store.finish_delivery(row.id, status="sent", ref=f"ts-{row.request_id}-{row.channel}")
     await store.create(unsent, None)
-    await store.resolve(done.id, reply(channel="slack", text="ok"), {"answer": "ok"})
+    await resolve(store, done.id, reply(channel="slack", text="ok"), {"answer": "ok"})
     found = await store.open_deliveries("slack")
     assert [(r.id, d.ref) for r, d in found] == [
         (old.id, f"ts-{old.id}-slack"),
@@ -721,7 +723,7 @@ async def test_find_by_ref_gives_the_request_a_channel_delivered_under_it(engine
         await store.create(request, None)
         for row in await store.claim_deliveries(["slack", "sms"], request.created_at, 60, 10):
             await store.finish_delivery(row.id, status="sent", ref=f"ref-{request.id}")
-    await store.resolve(first.id, reply(text="ok"), {"answer": "ok"})
+    await resolve(store, first.id, reply(text="ok"), {"answer": "ok"})
     found = await store.find_by_ref("slack", f"ref-{first.id}")
     assert found is not None and found.id == first.id and found.status == Status.ANSWERED  # any status
     assert (await store.find_by_ref("sms", f"ref-{first.id}")) == await store.get(first.id)
@@ -764,7 +766,7 @@ async def test_the_change_feed_follows_the_audit_log(engine: Engine) -> None:
     request = ask()
     await store.create(request, None)
     await store.record(None, "login", "owner", {"from": "127.0.0.1"})
-    await store.resolve(request.id, reply(text="ok"), {"answer": "ok"})
+    await resolve(store, request.id, reply(text="ok"), {"answer": "ok"})
     assert await store.last_seq() == 3
     changes = await store.changes_since(0)
     assert [(c.seq, c.request_id, c.event) for c in changes] == [
@@ -779,7 +781,7 @@ async def test_the_change_feed_follows_the_audit_log(engine: Engine) -> None:
 
 async def test_audit_rows_chain_each_to_the_one_before(engine: Engine) -> None:
     store = engine.store
-    assert (await store.verify_audit()).ok and (await store.verify_audit()).rows == 0
+    assert (await verify_audit(store)).ok and (await verify_audit(store)).rows == 0
     request = ask()
     await store.create(request, None)
     await store.record(request.id, "caller_left", "claude-code", {"waited_seconds": 1.5})
@@ -801,14 +803,14 @@ async def test_audit_rows_chain_each_to_the_one_before(engine: Engine) -> None:
     )
     assert (rows[2].request_id, rows[2].actor) == (None, None)
     assert [r.seq for r in await store.audit(request.id)] == [1, 2]
-    verdict = await store.verify_audit()
+    verdict = await verify_audit(store)
     assert (verdict.ok, verdict.rows, verdict.bad_seq) == (True, 3, None)
 
 
 async def _three_rows(store: Store) -> str:
     request = ask(Kind.APPROVAL)
     await store.create(request, None)
-    await store.resolve(request.id, reply("mallory", decision="deny"), {"approved": False})
+    await resolve(store, request.id, reply("mallory", decision="deny"), {"approved": False})
     await store.record(request.id, "caller_left", "claude-code", {})
     return request.id
 
@@ -822,7 +824,7 @@ async def test_an_audit_row_rewritten_with_its_hash_recomputed_breaks_the_link_o
     forged = {**row.data, "approved": True}
     digest = row_hash(row.prev_hash, row.seq, row.at, row.request_id, row.event, row.actor, forged)
     engine.rewrite_audit(2, {"data": canonical(forged), "hash": digest})
-    verdict = await store.verify_audit()
+    verdict = await verify_audit(store)
     assert (verdict.ok, verdict.bad_seq) == (False, 3)
     assert "prev_hash" in verdict.reason
 
@@ -831,7 +833,7 @@ async def test_the_event_name_is_part_of_a_rows_hash(engine: Engine) -> None:
     store = engine.store
     await _three_rows(store)
     engine.rewrite_audit(2, {"event": "reply_rejected"})
-    verdict = await store.verify_audit()
+    verdict = await verify_audit(store)
     assert (verdict.ok, verdict.bad_seq, verdict.rows) == (False, 2, 2)
 
 
@@ -839,7 +841,7 @@ async def test_an_audit_row_edited_in_place_breaks_its_own_hash(engine: Engine) 
     store = engine.store
     await _three_rows(store)
     engine.rewrite_audit(3, {"actor": "someone else"})
-    verdict = await store.verify_audit()
+    verdict = await verify_audit(store)
     assert (verdict.ok, verdict.bad_seq) == (False, 3)
     assert "content" in verdict.reason
 
@@ -851,14 +853,14 @@ def canonical(data: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------------------- list
 
 
-async def test_list_is_newest_first_and_pages_by_created_at(engine: Engine) -> None:
+async def test_list_is_newest_first_and_pages_after_the_last_request_listed(engine: Engine) -> None:
     store = engine.store
     at = now() - 100
     requests = [ask(text=f"Q{i}", created_at=at + i) for i in range(7)]
     for request in requests:
         await store.create(request, None)
     for request in requests[:3]:
-        await store.resolve(request.id, reply(text="ok"), {"answer": "ok"})
+        await resolve(store, request.id, reply(text="ok"), {"answer": "ok"})
     newest_first = [r.id for r in reversed(requests)]
     assert [r.id for r in await store.list()] == newest_first
     pages: list[str] = []
@@ -866,11 +868,11 @@ async def test_list_is_newest_first_and_pages_by_created_at(engine: Engine) -> N
     while page := await store.list(limit=3, before=before):
         assert len(page) <= 3
         pages.extend(r.id for r in page)
-        before = page[-1].created_at
+        before = page[-1].id
     assert pages == newest_first
     assert [r.id for r in await store.list(Status.ANSWERED)] == newest_first[4:]
     assert [r.id for r in await store.list(Status.PENDING, limit=2)] == newest_first[:2]
-    assert [r.id for r in await store.list(Status.PENDING, before=requests[5].created_at)] == [
+    assert [r.id for r in await store.list(Status.PENDING, before=requests[5].id)] == [
         requests[4].id,
         requests[3].id,
     ]
