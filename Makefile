@@ -86,7 +86,7 @@ mcpb: $(MCPB)
 screenshots: $(TEST_STAMP)
 	$(PY) scripts/screenshots.py
 
-# Mutation testing of the core, not in CI (see README, Development): mutmut on each module in turn,
+# Mutation testing of the core, not in CI (see docs/development.md, Mutation testing): mutmut on each module in turn,
 # against the fast in-process tests of [tool.mutmut] in pyproject.toml, then the table and the verdict
 # (scripts/mutation_report.py). One module: make mutation MUTATION_MODULES=outbox
 .PHONY: mutation

@@ -507,6 +507,19 @@ async def test_a_send_that_lands_after_settlement_queues_its_retraction(engine: 
     ]
 
 
+async def test_a_send_that_fails_after_settlement_is_dropped_not_queued_again(engine: Engine) -> None:
+    store = engine.store
+    request = ask(channels=["slack", "sms"])
+    await store.create(request, None)
+    slack, sms = await store.claim_deliveries(["slack", "sms"], request.created_at, 60, 10)
+    await resolve(store, request.id, reply(channel="web", text="eu"), {"answer": "eu"})
+    await store.finish_delivery(slack.id, status="queued", error="503", next_attempt_at=now())
+    await store.finish_delivery(sms.id, status="failed", error="invalid number")
+    rows = [(d.channel, d.action, d.status, d.error) for d in await store.deliveries(request.id)]
+    assert rows == [("slack", "deliver", "skipped", "503"), ("sms", "deliver", "failed", "invalid number")]
+    assert await store.claim_deliveries(["slack", "sms"], now() + 3600, 60, 10) == []
+
+
 async def test_a_notification_sent_late_needs_no_retraction(engine: Engine) -> None:
     store = engine.store
     note = ask(Kind.NOTIFICATION, channels=["slack"])

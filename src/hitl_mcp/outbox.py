@@ -136,4 +136,10 @@ class Outbox:
             delay,
             error,
         )
-        await self.store.finish_delivery(row.id, status="queued", error=error, next_attempt_at=now() + delay)
+        await self.store.finish_delivery(
+            row.id,
+            status="queued",
+            error=error,
+            next_attempt_at=now() + delay,
+            silent=silent_channels(self.channels),  # settled meanwhile: the retry is dropped
+        )
