@@ -87,5 +87,26 @@ mcpb: $(MCPB)
 screenshots: $(TEST_STAMP)
 	$(PY) scripts/screenshots.py
 
+# Mutation testing of the core, not in CI (see docs/development.md, Mutation testing): mutmut on each module in turn,
+# against the fast in-process tests of [tool.mutmut] in pyproject.toml, then the table and the verdict
+# (scripts/mutation_report.py). One module: make mutation MUTATION_MODULES=outbox
+.PHONY: mutation
+MUTATION_MODULES ?= results audit hosts outbox retry broker outcomes store
+MUTATION_CHILDREN ?= 2
+MUTATION_STAMP := $(VENV)/.installed-mutation-$(HASH)
+
+$(MUTATION_STAMP): $(TEST_STAMP)
+	$(PY) -m pip install --disable-pip-version-check -q -e '.[mutation]'
+	touch $@
+
+mutation: $(MUTATION_STAMP)
+	rm -rf mutants && mkdir mutants
+	@start=$$(date +%s); for module in $(MUTATION_MODULES); do \
+	  echo "== mutmut: hitl_mcp.$$module (log: mutants/$$module.log)"; \
+	  $(VENV)/bin/mutmut run --max-children $(MUTATION_CHILDREN) "hitl_mcp.$$module*" \
+	    > mutants/$$module.log 2>&1 || { tail -n 30 mutants/$$module.log; exit 1; }; \
+	done; echo "mutmut ran for $$(( $$(date +%s) - start ))s"
+	$(PY) scripts/mutation_report.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache tests/ts/node_modules tools/node_modules site dist build
+	rm -rf $(VENV) .pytest_cache .ruff_cache tests/ts/node_modules tools/node_modules site dist build mutants

@@ -63,6 +63,8 @@ KEEP_STATE_SECONDS = 30 * 86400.0
 PRUNE_EVERY = 3600.0
 #: a waiter whose request is due but could not be expired looks again this soon
 EXPIRY_RETRY_SECONDS = 1.0
+#: the expiry sweep looks at least this often: a request created by another process wakes no one here
+SWEEP_SECONDS = 30.0
 
 
 @dataclass
@@ -141,7 +143,7 @@ class Broker(BrokerViews):
         for request_id in await self.store.due_expiries(now()):
             await self.expire(request_id)
         upcoming = await self.store.next_expiry()
-        delay = 30.0 if upcoming is None else min(max(upcoming - now(), 0.05), 30.0)
+        delay = SWEEP_SECONDS if upcoming is None else min(max(upcoming - now(), 0.05), SWEEP_SECONDS)
         with anyio.move_on_after(delay):
             await self._expiry_wake.wait()
         self._expiry_wake = anyio.Event()

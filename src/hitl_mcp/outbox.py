@@ -14,7 +14,7 @@ import anyio
 
 from hitl_mcp.channels.base import Channel, Delivery, DeliveryError
 from hitl_mcp.loops import forever, reason
-from hitl_mcp.models import now
+from hitl_mcp.models import Status, now
 from hitl_mcp.retry import RetryPolicy
 from hitl_mcp.store.base import DeliveryRow, Store
 
@@ -92,6 +92,10 @@ class Outbox:
         if request is None:
             await self.store.finish_delivery(row.id, status="failed", error="request not found")
             return
+        if row.action == "deliver" and request.status not in (Status.PENDING, Status.NOTIFIED):
+            # settled since this send was queued (a retry, or a lease taken over): nobody needs it now
+            await self.store.finish_delivery(row.id, status="skipped")
+            return
         try:
             with anyio.fail_after(ATTEMPT_TIMEOUT):
                 if row.action == "deliver":
@@ -132,4 +136,10 @@ class Outbox:
             delay,
             error,
         )
-        await self.store.finish_delivery(row.id, status="queued", error=error, next_attempt_at=now() + delay)
+        await self.store.finish_delivery(
+            row.id,
+            status="queued",
+            error=error,
+            next_attempt_at=now() + delay,
+            silent=silent_channels(self.channels),  # settled meanwhile: the retry is dropped
+        )

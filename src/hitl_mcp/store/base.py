@@ -133,7 +133,8 @@ class Store(Protocol):
         silent: Collection[str] = (),
     ) -> None:
         """Record an attempt. A delivery sent after its request settled queues its retraction,
-        unless its channel is one of the ``silent`` ones."""
+        unless its channel is one of the ``silent`` ones; one queued again for a retry after its
+        request settled is dropped (skipped), as every unsent delivery is at settlement."""
         ...
 
     async def deliveries(self, request_id: str) -> list[DeliveryRow]: ...

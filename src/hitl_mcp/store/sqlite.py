@@ -723,7 +723,7 @@ class SqliteStore:
                     if error:
                         data["error"] = error
                     self._append(db, row["request_id"], event, None, data)
-                if status == "sent" and row["action"] == "deliver":
+                if status in ("sent", "queued") and row["action"] == "deliver":
                     state = db.execute(
                         "SELECT status FROM requests WHERE id = ?", (row["request_id"],)
                     ).fetchone()
@@ -731,7 +731,8 @@ class SqliteStore:
                         Status.PENDING.value,
                         Status.NOTIFIED.value,
                     ):
-                        # settled while this send was in flight: it needs its retraction too
+                        # settled while this send was in flight: what it sent needs its retraction, and
+                        # a retry it queued is dropped like every other unsent delivery
                         self._queue_retractions(db, row["request_id"], at, silent)
 
         return await self._run(work)

@@ -1,0 +1,137 @@
+"""The audit chain as every engine hashes and checks it (``audit.row_hash``, ``audit.verify``).
+
+The store contract (test_store_contract.py) checks that an engine writes a chain that verifies; this
+file checks what verifying means: which edits break the chain, and where it says they do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from hitl_mcp.audit import GENESIS, AuditRow, row_hash, verify
+
+
+def chain(
+    *entries: tuple[str | None, str, str | None, dict[str, Any]], start: float = 1767225600.25
+) -> list[AuditRow]:
+    rows: list[AuditRow] = []
+    prev = GENESIS
+    for seq, (request_id, event, actor, data) in enumerate(entries, start=1):
+        at = start + seq
+        digest = row_hash(prev, seq, at, request_id, event, actor, data)
+        rows.append(AuditRow(seq, at, request_id, event, actor, data, prev, digest))
+        prev = digest
+    return rows
+
+
+TRAIL = chain(
+    ("r1", "created", "claude-code", {"kind": "approval", "text": "Deploy"}),
+    ("r1", "answered", "alice", {"channel": "slack", "approved": False}),
+    (None, "login", "owner", {}),
+    ("r1", "caller_left", "claude-code", {"waited_seconds": 12.5}),
+)
+
+
+def test_a_hash_written_by_an_earlier_version_still_verifies() -> None:
+    """The hash is a stored format: logs written before an upgrade must verify after it."""
+    digest = row_hash(
+        GENESIS, 1, 1767225600.25, "r1", "created", "claude-code", {"kind": "approval", "text": "Déploy"}
+    )
+    assert digest == "0c4ca04869249705028b65420c09e0267f24cfc0ba701ecc0fdc6fa5d38e62cc"
+
+
+def test_an_intact_chain_verifies() -> None:
+    verdict = verify(TRAIL)
+    assert (verdict.ok, verdict.rows, verdict.bad_seq, verdict.reason) == (True, 4, None, "")
+    empty = verify([])
+    assert (empty.ok, empty.rows, empty.bad_seq) == (True, 0, None)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("prev_hash", "f" * 64),
+        ("seq", 3),
+        ("at", 1767225602.5),
+        ("request_id", "r2"),
+        ("request_id", None),
+        ("event", "reply_rejected"),
+        ("actor", "mallory"),
+        ("actor", None),
+        ("data", {"channel": "slack", "approved": True}),
+        ("data", {"channel": "slack", "approved": False, "comment": "ok"}),
+    ],
+)
+def test_every_field_is_in_the_hash(field: str, value: Any) -> None:
+    row = TRAIL[1]
+    changed = dataclasses.replace(row, **{field: value})
+    assert row_hash(
+        changed.prev_hash,
+        changed.seq,
+        changed.at,
+        changed.request_id,
+        changed.event,
+        changed.actor,
+        changed.data,
+    ) != row_hash(row.prev_hash, row.seq, row.at, row.request_id, row.event, row.actor, row.data)
+
+
+def test_the_hash_of_a_row_is_the_same_for_the_same_content() -> None:
+    # the key order of the data does not matter (it is stored as JSON, read back in any order)
+    first = row_hash(GENESIS, 1, 1.0, None, "e", None, {"a": 1, "b": 2})
+    assert first == row_hash(GENESIS, 1, 1.0, None, "e", None, {"b": 2, "a": 1})
+    # an integer time hashes as the same time stored as a float
+    assert first == row_hash(GENESIS, 1, 1, None, "e", None, {"a": 1, "b": 2})
+
+
+def test_a_row_edited_in_place_is_caught_at_that_row() -> None:
+    rows = list(TRAIL)
+    rows[1] = dataclasses.replace(rows[1], data={"channel": "slack", "approved": True})
+    verdict = verify(rows)
+    assert (verdict.ok, verdict.rows, verdict.bad_seq) == (False, 2, 2)
+    assert verdict.reason == "its content does not match its hash"
+
+
+def test_a_renamed_event_is_caught_at_that_row() -> None:
+    rows = list(TRAIL)
+    rows[1] = dataclasses.replace(rows[1], event="reply_rejected")
+    verdict = verify(rows)
+    assert (verdict.ok, verdict.bad_seq) == (False, 2)
+
+
+def test_a_row_rewritten_with_its_hash_recomputed_is_caught_by_the_next_row() -> None:
+    rows = list(TRAIL)
+    forged = dataclasses.replace(rows[1], data={"channel": "slack", "approved": True})
+    digest = row_hash(
+        forged.prev_hash, forged.seq, forged.at, forged.request_id, forged.event, forged.actor, forged.data
+    )
+    rows[1] = dataclasses.replace(forged, hash=digest)
+    verdict = verify(rows)
+    assert (verdict.ok, verdict.rows, verdict.bad_seq) == (False, 3, 3)
+    assert verdict.reason == "its prev_hash does not match the row before"
+
+
+def test_a_chain_rewritten_from_a_row_onwards_links_but_its_first_row_does_not() -> None:
+    """Rewriting every row after a forged one keeps the links; only the head (anchored outside
+    the database) can tell. The first row's link to the genesis is checked, though."""
+    rows = chain(("r1", "created", "claude-code", {}), ("r1", "answered", "mallory", {}))
+    assert verify(rows).ok
+    detached = [dataclasses.replace(rows[0], prev_hash="1" * 64)]
+    verdict = verify(detached)
+    assert (verdict.ok, verdict.bad_seq, verdict.rows) == (False, 1, 1)
+    assert "prev_hash" in verdict.reason
+
+
+def test_a_deleted_row_is_caught_where_it_is_missing() -> None:
+    verdict = verify([TRAIL[0], TRAIL[2], TRAIL[3]])
+    assert (verdict.ok, verdict.rows, verdict.bad_seq, verdict.reason) == (False, 2, 3, "row 2 is missing")
+    verdict = verify(TRAIL[1:])
+    assert (verdict.ok, verdict.rows, verdict.bad_seq, verdict.reason) == (False, 1, 2, "row 1 is missing")
+
+
+def test_rows_out_of_order_do_not_verify() -> None:
+    verdict = verify([TRAIL[1], TRAIL[0]])
+    assert not verdict.ok and verdict.bad_seq == 2

@@ -1,0 +1,484 @@
+"""The outbox: every send is attempted under a lease, retried with backoff, given up after its limit,
+skipped once the request is settled, and retracted where it was sent.
+
+The channel is a real ``Channel`` subclass that records what it is asked to do and fails as scripted
+(the channel protocol's own test double); the store is the embedded SQLite store.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hitl_mcp import outbox as outbox_module
+from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery, DeliveryError
+from hitl_mcp.models import Kind, Reply, Request, Status, now
+from hitl_mcp.outbox import DELIVERY_RETRY, MAX_ATTEMPTS, Outbox
+from hitl_mcp.store import sqlite as sqlite_module
+from hitl_mcp.store.base import DeliveryRow
+from hitl_mcp.store.sqlite import SqliteStore
+from tests.settle import close_request, resolve
+
+pytestmark = pytest.mark.anyio
+
+
+class Scripted(Channel):
+    """Records each send and retraction; each send takes the next step of ``script``: an exception
+    to raise, or ``None`` to succeed (and succeeds once the script is used up)."""
+
+    type = "scripted"
+
+    def __init__(self, name: str, *script: BaseException | None) -> None:
+        super().__init__(name, ChannelConfig(type="scripted"), hub=None)  # type: ignore[arg-type]
+        self.script = list(script)
+        self.sent: list[Request] = []
+        self.retracted: list[tuple[Request, Delivery]] = []
+        self.release = anyio.Event()
+        self.release.set()
+        self.changed = anyio.Event()
+
+    def _changed(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+    async def deliver(self, request: Request) -> Delivery:
+        self.sent.append(request)
+        self._changed()
+        await self.release.wait()
+        step = self.script.pop(0) if self.script else None
+        if step is not None:
+            raise step
+        return Delivery(ref=f"{self.name}-{len(self.sent)}", detail={"to": self.name})
+
+    async def retract(self, request: Request, delivery: Delivery) -> None:
+        self.retracted.append((request, delivery))
+        self._changed()
+
+
+async def until(predicate: Any, channel: Scripted, seconds: float = 5) -> None:
+    with anyio.fail_after(seconds):
+        while not predicate():
+            await channel.changed.wait()
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    store = SqliteStore(tmp_path / "outbox.sqlite3")
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def asked(store: SqliteStore, *channels: str, kind: Kind = Kind.QUESTION) -> Request:
+    request = Request(
+        id=secrets.token_hex(8),
+        kind=kind,
+        status=Status.NOTIFIED if kind == Kind.NOTIFICATION else Status.PENDING,
+        text="Deploy v2?",
+        channels=list(channels),
+        created_at=now(),
+    )
+    await store.create(request, None)
+    return request
+
+
+async def claim_one(store: SqliteStore, channel: str, at: float) -> DeliveryRow | None:
+    rows = await store.claim_deliveries([channel], at, 60, 10)
+    assert len(rows) <= 1
+    return rows[0] if rows else None
+
+
+async def row_of(store: SqliteStore, request: Request, channel: str, action: str = "deliver") -> DeliveryRow:
+    (row,) = [d for d in await store.deliveries(request.id) if d.channel == channel and d.action == action]
+    return row
+
+
+async def trail(store: SqliteStore, request: Request) -> list[tuple[str, dict[str, Any]]]:
+    return [(a.event, a.data) for a in await store.audit(request.id)][1:]
+
+
+def backoff(attempt: int) -> float:
+    return DELIVERY_RETRY.delay(attempt)
+
+
+def test_backoff_doubles_from_a_second_up_to_five_minutes() -> None:
+    assert [backoff(n) for n in range(1, 12)] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]
+    assert isinstance(backoff(1), float)
+    assert DELIVERY_RETRY.maximum_attempts == MAX_ATTEMPTS == 8
+
+
+async def test_a_sent_delivery_keeps_the_providers_reference(store: SqliteStore) -> None:
+    slack = Scripted("slack")
+    request = await asked(store, "slack")
+    row = await claim_one(store, "slack", now())
+    assert row is not None
+    await Outbox(store, {"slack": slack}).attempt(row)
+    assert [r.id for r in slack.sent] == [request.id]
+    assert slack.sent[0] == request
+    sent = await row_of(store, request, "slack")
+    assert (sent.status, sent.ref, sent.detail, sent.error) == ("sent", "slack-1", {"to": "slack"}, None)
+    assert await trail(store, request) == [("delivered", {"channel": "slack", "attempt": 1})]
+
+
+async def test_a_failed_send_is_retried_after_its_backoff(
+    store: SqliteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="hitl_mcp.outbox")
+    sms = Scripted("sms", DeliveryError("503 unavailable"), DeliveryError("503 again"))
+    outbox = Outbox(store, {"sms": sms})
+    request = await asked(store, "sms")
+    row = await claim_one(store, "sms", now())
+    assert row is not None
+    failed_at = now()
+    await outbox.attempt(row)
+    queued = await row_of(store, request, "sms")
+    assert (queued.status, queued.error, queued.attempts) == ("queued", "503 unavailable", 1)
+    assert await claim_one(store, "sms", failed_at + backoff(1) - 0.2) is None
+    second = await claim_one(store, "sms", now() + backoff(1))
+    assert second is not None and second.attempts == 2
+    failed_at = now()
+    await outbox.attempt(second)
+    assert await claim_one(store, "sms", failed_at + backoff(2) - 0.2) is None
+    third = await claim_one(store, "sms", now() + backoff(2))
+    assert third is not None
+    await outbox.attempt(third)
+    done = await row_of(store, request, "sms")
+    assert (done.status, done.attempts, done.ref) == ("sent", 3, "sms-3")
+    assert await trail(store, request) == [
+        ("delivery_retry", {"channel": "sms", "attempt": 1, "error": "503 unavailable"}),
+        ("delivery_retry", {"channel": "sms", "attempt": 2, "error": "503 again"}),
+        ("delivered", {"channel": "sms", "attempt": 3}),
+    ]
+    assert [r.getMessage() for r in caplog.records if r.name == "hitl_mcp.outbox"] == [
+        "deliver to sms failed (attempt 1), retrying in 1s: 503 unavailable",
+        "deliver to sms failed (attempt 2), retrying in 2s: 503 again",
+    ]
+
+
+@pytest.mark.parametrize("retry_after", [120.0, 0.0])
+async def test_a_providers_retry_after_wins_over_the_backoff(store: SqliteStore, retry_after: float) -> None:
+    slack = Scripted("slack", DeliveryError("429 rate limited", retry_after=retry_after))
+    request = await asked(store, "slack")
+    row = await claim_one(store, "slack", now())
+    assert row is not None
+    failed_at = now()
+    await Outbox(store, {"slack": slack}).attempt(row)
+    if retry_after:
+        assert await claim_one(store, "slack", failed_at + retry_after - 1) is None
+    else:  # "retry at once" is not "no advice": not the backoff's second
+        assert await claim_one(store, "slack", now()) is not None
+        return
+    again = await claim_one(store, "slack", now() + retry_after)
+    assert again is not None and again.request_id == request.id
+
+
+async def test_a_send_is_given_up_after_exactly_max_attempts(
+    store: SqliteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="hitl_mcp.outbox")
+    mail = Scripted("mail", *[DeliveryError(f"421 try later ({n})") for n in range(1, 20)])
+    outbox = Outbox(store, {"mail": mail})
+    request = await asked(store, "mail")
+    at = now()
+    while (row := await claim_one(store, "mail", at)) is not None:
+        await outbox.attempt(row)
+        at += 400  # past any backoff
+    assert MAX_ATTEMPTS == 8
+    assert len(mail.sent) == MAX_ATTEMPTS
+    failed = await row_of(store, request, "mail")
+    assert (failed.status, failed.attempts, failed.error) == ("failed", 8, "421 try later (8)")
+    events = await trail(store, request)
+    assert [e for e, _ in events] == ["delivery_retry"] * 7 + ["delivery_failed"]
+    assert events[-1][1] == {"channel": "mail", "attempt": 8, "error": "421 try later (8)"}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["deliver to mail failed for good: 421 try later (8)"]
+
+
+async def test_a_permanent_failure_is_not_retried(store: SqliteStore) -> None:
+    sms = Scripted("sms", DeliveryError("21211 invalid number", permanent=True))
+    request = await asked(store, "sms")
+    row = await claim_one(store, "sms", now())
+    assert row is not None
+    await Outbox(store, {"sms": sms}).attempt(row)
+    failed = await row_of(store, request, "sms")
+    assert (failed.status, failed.error) == ("failed", "21211 invalid number")
+    assert await claim_one(store, "sms", now() + 3600) is None
+
+
+async def test_a_send_with_no_answer_in_time_is_a_retryable_failure(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(outbox_module, "ATTEMPT_TIMEOUT", 0.2)
+    slow = Scripted("slow")
+    slow.release = anyio.Event()  # never answers
+    request = await asked(store, "slow")
+    row = await claim_one(store, "slow", now())
+    assert row is not None
+    with anyio.fail_after(5):
+        await Outbox(store, {"slow": slow}).attempt(row)
+    queued = await row_of(store, request, "slow")
+    assert (queued.status, queued.error) == ("queued", "no answer from slow within 0s")
+
+
+async def test_a_channel_bug_is_recorded_and_retried(
+    store: SqliteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    buggy = Scripted("buggy", KeyError("chat_id"))
+    request = await asked(store, "buggy")
+    row = await claim_one(store, "buggy", now())
+    assert row is not None
+    await Outbox(store, {"buggy": buggy}).attempt(row)
+    queued = await row_of(store, request, "buggy")
+    assert (queued.status, queued.error) == ("queued", "KeyError: 'chat_id'")
+    (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert record.getMessage() == f"channel buggy failed to deliver request {request.id}"
+    assert record.exc_info is not None
+
+
+async def test_a_delivery_whose_request_was_removed_fails_without_a_send(store: SqliteStore) -> None:
+    """An operator pruned the request from the database under a queued send."""
+    slack = Scripted("slack")
+    request = await asked(store, "slack")
+    row = await claim_one(store, "slack", now())
+    assert row is not None
+    db = sqlite3.connect(store.path, isolation_level=None)  # foreign keys are off by default
+    db.execute("DELETE FROM requests WHERE id = ?", (request.id,))
+    db.close()
+    await Outbox(store, {"slack": slack}).attempt(row)
+    assert slack.sent == []
+    gone = await row_of(store, request, "slack")
+    assert (gone.status, gone.error) == ("failed", "request not found")
+    assert await trail(store, request) == [
+        ("delivery_failed", {"channel": "slack", "attempt": 1, "error": "request not found"})
+    ]
+
+
+async def test_run_once_belongs_inside_run(store: SqliteStore) -> None:
+    with pytest.raises(AssertionError, match=r"^run_once runs inside run$"):
+        await Outbox(store, {}).run_once()
+
+
+async def test_a_retraction_carries_what_that_channels_send_returned(store: SqliteStore) -> None:
+    slack, sms = Scripted("slack"), Scripted("sms")
+    outbox = Outbox(store, {"slack": slack, "sms": sms})
+    request = await asked(store, "slack", "sms")
+    for row in await store.claim_deliveries(["slack", "sms"], now(), 60, 10):
+        await outbox.attempt(row)
+    await resolve(store, request.id, Reply(channel="sms", responder="+1555", text="yes"), {"answer": "yes"})
+    for row in await store.claim_deliveries(["slack", "sms"], now(), 60, 10):
+        assert row.action == "retract"
+        await outbox.attempt(row)
+    settled = await store.get(request.id)
+    assert slack.retracted == [(settled, Delivery(ref="slack-1", detail={"to": "slack"}))]
+    assert sms.retracted == [(settled, Delivery(ref="sms-1", detail={"to": "sms"}))]
+    assert [(d.action, d.status) for d in await store.deliveries(request.id)] == [
+        ("deliver", "sent"),
+        ("deliver", "sent"),
+        ("retract", "sent"),
+        ("retract", "sent"),
+    ]
+    assert [e for e, _ in await trail(store, request)][-2:] == ["retracted", "retracted"]
+
+
+async def test_a_notification_is_sent_once_by_its_caller(store: SqliteStore) -> None:
+    good, bad = Scripted("good"), Scripted("bad", DeliveryError("503"))
+    outbox = Outbox(store, {"good": good, "bad": bad})
+    note = await asked(store, "good", "bad", kind=Kind.NOTIFICATION)
+    ids = [d.id for d in await store.deliveries(note.id)]
+    rows = await outbox.send_now(ids)
+    assert sorted(r.channel for r in rows) == ["bad", "good"]
+    assert len(good.sent) == len(bad.sent) == 1
+    by_channel = {d.channel: d for d in await store.deliveries(note.id)}
+    assert (by_channel["good"].status, by_channel["bad"].status) == ("sent", "failed")  # no retry
+    assert by_channel["bad"].error == "503"
+    assert await outbox.send_now(ids) == []  # nothing held any more
+
+
+@pytest.fixture
+def quick_outbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop polls rarely, so a test sees what a kick does."""
+    monkeypatch.setattr(outbox_module, "POLL_SECONDS", 30.0)
+
+
+async def test_the_loop_sends_at_once_when_kicked_and_takes_more_than_one_batch(
+    store: SqliteStore, quick_outbox: None
+) -> None:
+    slack = Scripted("slack")
+    outbox = Outbox(store, {"slack": slack})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(outbox.run)
+        await anyio.wait_all_tasks_blocked()
+        requests = [await asked(store, "slack") for _ in range(70)]
+        outbox.kick()
+        await until(lambda: len(slack.sent) == 70, slack)
+        assert sorted(r.id for r in slack.sent) == sorted(r.id for r in requests)
+        tg.cancel_scope.cancel()
+
+
+async def test_queued_sends_are_skipped_once_the_request_is_settled(
+    store: SqliteStore, quick_outbox: None
+) -> None:
+    slack, sms = Scripted("slack"), Scripted("sms")
+    request = await asked(store, "slack", "sms")
+    row = await claim_one(store, "slack", now())
+    assert row is not None
+    await Outbox(store, {"slack": slack}).attempt(row)
+    await resolve(store, request.id, Reply(channel="slack", responder="U1", text="go"), {"answer": "go"})
+    outbox = Outbox(store, {"slack": slack, "sms": sms})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(outbox.run)
+        await until(lambda: bool(slack.retracted), slack)
+        tg.cancel_scope.cancel()
+    assert sms.sent == []
+    assert (await row_of(store, request, "sms")).status == "skipped"
+
+
+async def test_a_send_that_lands_after_settlement_is_retracted(
+    store: SqliteStore, quick_outbox: None
+) -> None:
+    slack = Scripted("slack")
+    slack.release = anyio.Event()
+    outbox = Outbox(store, {"slack": slack})
+    request = await asked(store, "slack")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(outbox.run)
+        await until(lambda: bool(slack.sent), slack)  # the send is in flight...
+        await close_request(store, request.id, Status.CANCELLED, "claude-code", {"comment": None})
+        slack.release.set()  # ... and lands after the cancel
+        outbox.kick()
+        await until(lambda: bool(slack.retracted), slack)
+        tg.cancel_scope.cancel()
+    ((retracted, delivery),) = slack.retracted
+    assert retracted.status == Status.CANCELLED and delivery.ref == "slack-1"
+
+
+class Heard(logging.Handler):
+    """Sets ``event`` when a log line containing ``needle`` is written."""
+
+    def __init__(self, needle: str) -> None:
+        super().__init__()
+        self.needle = needle
+        self.event = anyio.Event()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.needle in record.getMessage():
+            self.lines.append(record.getMessage())
+            self.event.set()
+
+
+async def test_the_loop_outlives_a_store_it_cannot_write_and_says_so(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch, quick_outbox: None
+) -> None:
+    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_MS", 100)
+    heard = Heard("the outbox failed")
+    logging.getLogger("hitl_mcp").addHandler(heard)
+    slack = Scripted("slack")
+    outbox = Outbox(store, {"slack": slack})
+    await asked(store, "slack")
+    other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock past the busy timeout
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(outbox.run)
+            with anyio.fail_after(5):
+                await heard.event.wait()
+            other.execute("ROLLBACK")
+            await until(lambda: bool(slack.sent), slack)
+            tg.cancel_scope.cancel()
+    finally:
+        other.close()
+        logging.getLogger("hitl_mcp").removeHandler(heard)
+    assert heard.lines[0].startswith(
+        "hitl-mcp: the outbox failed (StoreError: the server cannot record requests now"
+    )
+
+
+async def test_an_attempt_the_store_cannot_record_is_retried_after_the_lease(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch, quick_outbox: None
+) -> None:
+    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_MS", 100)
+    heard = Heard("not recorded")
+    logging.getLogger("hitl_mcp.outbox").addHandler(heard)
+    slack = Scripted("slack")
+    slack.release = anyio.Event()
+    outbox = Outbox(store, {"slack": slack})
+    request = await asked(store, "slack")
+    other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(outbox.run)
+            await until(lambda: bool(slack.sent), slack)
+            other.execute("BEGIN IMMEDIATE")  # another process holds the write lock past the busy timeout
+            slack.release.set()
+            with anyio.fail_after(5):
+                await heard.event.wait()
+            other.execute("ROLLBACK")
+            tg.cancel_scope.cancel()
+    finally:
+        other.close()
+        logging.getLogger("hitl_mcp.outbox").removeHandler(heard)
+    (line,) = heard.lines
+    assert line.startswith("hitl-mcp: deliver to slack not recorded (StoreError: the server cannot record")
+    assert line.endswith("); retried after the lease")
+    stuck = await row_of(store, request, "slack")
+    assert stuck.status == "sending"  # the send happened; the row waits for its lease to run out
+    again = await claim_one(store, "slack", now() + outbox_module.LEASE_SECONDS + 1)
+    assert again is not None and again.attempts == 2
+
+
+async def test_a_send_that_fails_after_the_request_was_settled_is_not_tried_again(
+    store: SqliteStore,
+) -> None:
+    """The request is answered elsewhere while this send is in flight, and the send fails: nobody needs
+    the question any more, so it is not sent later."""
+    sms = Scripted("sms", DeliveryError("503 unavailable"))
+    sms.release = anyio.Event()
+    outbox = Outbox(store, {"sms": sms})
+    request = await asked(store, "sms", "web")
+    row = await claim_one(store, "sms", now())
+    assert row is not None
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(outbox.attempt, row)
+            await until(lambda: bool(sms.sent), sms)  # in flight...
+            await resolve(
+                store, request.id, Reply(channel="web", responder="owner", text="eu"), {"answer": "eu"}
+            )
+            sms.release.set()  # ... and it fails: a retry is queued
+    while (again := await claim_one(store, "sms", now() + 3600)) is not None:
+        await outbox.attempt(again)
+    assert len(sms.sent) == 1
+    assert (await row_of(store, request, "sms")).status == "skipped"
+    assert [d.action for d in await store.deliveries(request.id)] == [
+        "deliver",
+        "deliver",
+    ]  # nothing to retract
+
+
+async def test_a_send_queued_for_a_request_settled_meanwhile_is_skipped(store: SqliteStore) -> None:
+    """A lease taken over, or a retry due, after the request was settled: the send is dropped."""
+    slack = Scripted("slack")
+    request = await asked(store, "slack")
+    row = await claim_one(store, "slack", now())
+    assert row is not None
+    await close_request(store, request.id, Status.CANCELLED, "claude-code", {"comment": None})
+    await Outbox(store, {"slack": slack}).attempt(row)
+    assert slack.sent == [] and slack.retracted == []
+    assert (await row_of(store, request, "slack")).status == "skipped"
+    # a notification is "settled" from the start: it is sent all the same
+    note = await asked(store, "slack", kind=Kind.NOTIFICATION)
+    (held,) = await store.claim_deliveries(
+        ["slack"], now(), 60, 10, ids=[(await row_of(store, note, "slack")).id]
+    )
+    await Outbox(store, {"slack": slack}).attempt(held)
+    assert [r.id for r in slack.sent] == [note.id]
