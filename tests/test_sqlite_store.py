@@ -175,7 +175,8 @@ def test_migrations_split_into_statements_with_triggers_whole() -> None:
     begin
         select raise(abort, 'no');
     end;
-    CREATE INDEX a_x ON a(x)
+    CREATE INDEX a_x
+        ON a(x)
     """
     assert _split_sql(script) == [
         "CREATE TABLE a (x);",
@@ -183,7 +184,7 @@ def test_migrations_split_into_statements_with_triggers_whole() -> None:
         "\n    END;",
         "create trigger a_no_delete before delete on a\n    begin\n        select raise(abort, 'no');"
         "\n    end;",
-        "CREATE INDEX a_x ON a(x)",  # the last statement may do without its semicolon
+        "CREATE INDEX a_x\n        ON a(x)",  # the last statement may do without its semicolon
     ]
     assert _split_sql("  \n ") == []
 
@@ -343,3 +344,35 @@ async def test_at_its_expiry_time_a_request_is_expired(
     assert settled is not None and (settled.request.status, settled.request.answer) == (Status.EXPIRED, "no")
     closed = await close_request(store, cancelled.id, Status.CANCELLED, "claude-code", {"comment": None})
     assert closed is not None and closed.request.status == Status.EXPIRED
+
+
+async def test_a_write_queued_behind_a_closing_store_says_the_store_is_not_open(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server shuts down while writes wait for another process's lock: the write that waited
+    lands, the store closes, and the one queued behind the close is told why it cannot."""
+    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_MS", 5000)
+    other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    outcome: dict[str, object] = {}
+
+    async def write(text: str) -> None:
+        try:
+            await store.create(question(text), None)
+            outcome[text] = "written"
+        except RuntimeError as exc:
+            outcome[text] = str(exc)
+
+    try:
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write, "first")
+                await anyio.sleep(0.1)  # waiting in a thread for the lock
+                tg.start_soon(store.close)
+                await anyio.sleep(0.05)
+                tg.start_soon(write, "second")
+                await anyio.sleep(0.05)
+                other.execute("COMMIT")
+    finally:
+        other.close()
+    assert outcome == {"first": "written", "second": "the store is not open"}
