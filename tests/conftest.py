@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import sys
@@ -61,6 +62,26 @@ async def api_client(runtime: Runtime) -> AsyncIterator[httpx2.AsyncClient]:
         transport=transport, base_url="http://127.0.0.1", headers={"Authorization": f"Bearer {TOKEN}"}
     ) as client:
         yield client
+
+
+class Heard(logging.Handler):
+    """Sets ``event`` when a log line containing ``needle`` is written."""
+
+    def __init__(self, needle: str) -> None:
+        super().__init__()
+        self.needle = needle
+        self.event = anyio.Event()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.needle in record.getMessage():
+            self.lines.append(record.getMessage())
+            self.event.set()
+
+
+def text_of(result: Any) -> str:
+    """A tool result's text content, as the model reads it."""
+    return " ".join(getattr(c, "text", "") for c in result.content)
 
 
 def sc(result: Any) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from tests.conftest import (
     serve_args,
     server_env,
     server_process,
+    text_of,
     write_config,
 )
 from tests.test_elicitation import Host, accept
@@ -42,7 +43,7 @@ def named(name: str) -> Implementation:
 def tool_error(result: Any) -> str:
     assert result.is_error, result.structured_content
     assert not result.structured_content
-    return " ".join(getattr(c, "text", "") for c in result.content)
+    return text_of(result)
 
 
 APPROVE_DEPLOY = {

@@ -40,6 +40,7 @@ from tests.conftest import (
     sc,
     serve_args,
     server_env,
+    text_of,
     write_config,
 )
 
@@ -282,7 +283,7 @@ async def test_a_form_the_client_cannot_show_is_left_out_of_what_everyone_reads(
             "ask_user", {"question": "Which?", "wait_seconds": 1}, progress_callback=on_progress
         )
         out = sc(result)
-        text = " ".join(getattr(c, "text", "") for c in result.content)
+        text = text_of(result)
         assert "sent via web)" in text and "elicitation" not in text
         assert ticks and all(t and "elicitation" not in t for t in ticks)
         shown = (await api.get(f"/api/requests/{out['request_id']}")).json()

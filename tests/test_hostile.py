@@ -22,7 +22,7 @@ from mcp import Client
 
 from hitl_mcp.broker import AskSpec
 from hitl_mcp.models import Kind, Status
-from tests.conftest import api_client, running
+from tests.conftest import api_client, running, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -111,7 +111,7 @@ async def test_tool_arguments_give_results_or_clear_errors(state_dir: Path) -> N
             async def go() -> None:
                 result = await client.call_tool(tool, args)
                 if result.is_error:
-                    text = " ".join(getattr(c, "text", "") for c in result.content)
+                    text = text_of(result)
                     # a refusal by the tool, or bad arguments: one "argument: what is wrong" line each
                     lines = text.splitlines()
                     assert text.startswith("Error executing tool") or all(

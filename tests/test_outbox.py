@@ -24,6 +24,7 @@ from hitl_mcp.outbox import DELIVERY_RETRY, MAX_ATTEMPTS, Outbox
 from hitl_mcp.store import sqlite as sqlite_module
 from hitl_mcp.store.base import DeliveryRow
 from hitl_mcp.store.sqlite import SqliteStore
+from tests.conftest import Heard
 from tests.settle import close_request, resolve
 
 pytestmark = pytest.mark.anyio
@@ -359,21 +360,6 @@ async def test_a_send_that_lands_after_settlement_is_retracted(
         tg.cancel_scope.cancel()
     ((retracted, delivery),) = slack.retracted
     assert retracted.status == Status.CANCELLED and delivery.ref == "slack-1"
-
-
-class Heard(logging.Handler):
-    """Sets ``event`` when a log line containing ``needle`` is written."""
-
-    def __init__(self, needle: str) -> None:
-        super().__init__()
-        self.needle = needle
-        self.event = anyio.Event()
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if self.needle in record.getMessage():
-            self.lines.append(record.getMessage())
-            self.event.set()
 
 
 async def test_the_loop_outlives_a_store_it_cannot_write_and_says_so(

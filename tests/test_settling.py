@@ -26,6 +26,7 @@ from hitl_mcp.models import Kind, Reply, Request, Status, now, payload_sha256
 from hitl_mcp.results import to_outcome
 from hitl_mcp.store import sqlite as sqlite_module
 from hitl_mcp.store.sqlite import SqliteStore
+from tests.conftest import Heard
 from tests.settle import close_request, resolve
 
 pytestmark = pytest.mark.anyio
@@ -86,21 +87,6 @@ class Hanging(Inbox):
     async def deliver(self, request: Request) -> Delivery:
         await anyio.sleep_forever()
         raise AssertionError
-
-
-class Heard(logging.Handler):
-    """Sets ``event`` when a log line containing ``needle`` is written."""
-
-    def __init__(self, needle: str) -> None:
-        super().__init__()
-        self.needle = needle
-        self.event = anyio.Event()
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if self.needle in record.getMessage():
-            self.lines.append(record.getMessage())
-            self.event.set()
 
 
 async def eventually(check: Any, seconds: float = 5) -> None:

@@ -24,12 +24,14 @@ from hitl_mcp.runtime import DB_FILE
 from hitl_mcp.store import sqlite as sqlite_store
 from tests.conftest import (
     PYTHON,
+    Heard,
     free_port,
     running,
     sc,
     serve_args,
     server_env,
     server_process,
+    text_of,
     write_config,
 )
 
@@ -38,27 +40,11 @@ pytestmark = pytest.mark.anyio
 EXEC_ARGV = "import os, sys; os.execvp(sys.argv[1], sys.argv[1:])"
 
 
-class Seen(logging.Handler):
-    """Sets an event when a log line containing ``needle`` is written."""
-
-    def __init__(self, needle: str) -> None:
-        super().__init__(logging.WARNING)
-        self.needle = needle
-        self.event = anyio.Event()
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        line = record.getMessage()
-        self.lines.append(line)
-        if self.needle in line:
-            self.event.set()
-
-
 async def test_a_lock_held_past_the_busy_timeout_delays_expiry_and_loses_no_waiter(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_MS", 300)
-    seen = Seen("the expiry sweep failed")
+    seen = Heard("the expiry sweep failed")
     logging.getLogger("hitl_mcp").addHandler(seen)
     try:
         async with running(state_dir) as rt, Client(rt.build_mcp(), mode="legacy") as client:
@@ -114,7 +100,7 @@ async def test_a_full_disk_is_said_plainly_and_the_server_goes_on(tmp_path: Path
                     "request_approval", {"action": f"Store blob {i}", "payload": payload, "wait_seconds": 0}
                 )
                 if result.is_error:
-                    error = " ".join(getattr(c, "text", "") for c in result.content)
+                    error = text_of(result)
                     break
             assert "the server cannot record requests: disk full" in error
             # reads still work: the server is up and says what it has

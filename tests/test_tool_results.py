@@ -17,14 +17,11 @@ from tests.conftest import (
     serve_args,
     server_env,
     server_process,
+    text_of,
     write_config,
 )
 
 pytestmark = pytest.mark.anyio
-
-
-def text_of(result: Any) -> str:
-    return " ".join(getattr(c, "text", "") for c in result.content)
 
 
 async def test_a_pending_result_names_the_inbox_address_without_the_token(
