@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, TypeAlias
 
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp_types.version import is_version_at_least
 
 __all__ = [
     "INPUT_REQUIRED_VERSION",
+    "AnyContext",
     "FormState",
     "Mode",
     "client_name",
@@ -31,6 +33,9 @@ INPUT_REQUIRED_VERSION = "2026-07-28"
 Mode = Literal["form", "url"]
 
 ProcessSession = uuid.uuid4().hex
+
+#: a tool call's context, or a lowlevel handler's (``tasks/get`` and the other extension methods)
+AnyContext: TypeAlias = Context | ServerRequestContext[Any, Any]
 
 
 @dataclass(frozen=True)
@@ -57,17 +62,17 @@ def form_state(ctx: Context) -> FormState | None:
         return None
 
 
-def is_modern(ctx: Context) -> bool:
+def is_modern(ctx: AnyContext) -> bool:
     version = ctx.protocol_version
     return version is not None and is_version_at_least(version, INPUT_REQUIRED_VERSION)
 
 
-def responder(ctx: Context) -> str:
+def responder(ctx: AnyContext) -> str:
     """Who answered in the host's form: the client that drew it, never a name it picks for a person."""
     return f"host form ({client_name(ctx) or 'unnamed client'})"
 
 
-def client_name(ctx: Context) -> str | None:
+def client_name(ctx: AnyContext) -> str | None:
     params = ctx.session.client_params
     return params.client_info.name if params is not None else None
 

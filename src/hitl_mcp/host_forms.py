@@ -46,6 +46,7 @@ from mcp.types import (
 from hitl_mcp.broker import Broker, ReplyInvalid
 from hitl_mcp.call_context import INPUT_REQUIRED_VERSION as INPUT_REQUIRED_VERSION  # re-exported
 from hitl_mcp.call_context import (
+    AnyContext,
     FormState,
     Mode,
     client_name,
@@ -119,9 +120,10 @@ class HostForms:
             for name in request.channels
         )
 
-    def choose(self, ctx: Context, wanted: str) -> tuple[Mode | None, str | None]:
-        """How this call can reach the person in the host (``wanted``: the channel's mode), or why not."""
-        caps = ctx.client_capabilities
+    def choose(self, ctx: AnyContext, wanted: str) -> tuple[Mode | None, str | None]:
+        """How this call can reach the person in the host (``wanted``: the channel's mode), or why not.
+        ``ctx``: a tool call's, or a ``tasks/get``'s (``tasks/``); each carries its request's capabilities."""
+        caps = ctx.session.client_capabilities
         declared = caps.elicitation if caps is not None else None
         # a bare `elicitation: {}` (before modes existed) means forms
         form = declared is not None and (declared.form is not None or declared.url is None)
@@ -164,9 +166,9 @@ class HostForms:
             return Offer(skipped=f"not offered: {reason}")
         if budget <= 0 or request.id in self.open:
             return Offer()
-        if await broker.state_get(channel, _declined_key(request.id)) is not None:
+        if await broker.state_get(channel, declined_key(request.id)) is not None:
             return Offer()  # this person already said no here
-        if mode == "url" and await broker.state_get(channel, _linked_key(request.id)) is not None:
+        if mode == "url" and await broker.state_get(channel, linked_key(request.id)) is not None:
             return Offer()  # they have the link already: no second prompt while they answer there
         return Offer(channel=channel, mode=mode)
 
@@ -312,7 +314,7 @@ class HostForms:
         if answer.action == "accept" and mode == "url":
             # the person went to the page: the answer, if any, comes from there
             await broker.record(request.id, "link_accepted", who, {"channel": channel})
-            await broker.state_set(channel, _linked_key(request.id), "accepted")
+            await broker.state_set(channel, linked_key(request.id), "accepted")
             return None
         if answer.action == "accept":
             reply = elicitation.reply_from(request, answer.content, channel, who)
@@ -331,7 +333,7 @@ class HostForms:
         await broker.record(
             request.id, f"{what}_declined" if declined else f"{what}_dismissed", who, {"channel": channel}
         )
-        await broker.state_set(channel, _declined_key(request.id), answer.action)
+        await broker.state_set(channel, declined_key(request.id), answer.action)
         current = await broker.get_or_raise(request.id)
         if current.is_open and self.only_form(broker, current):
             reason = (
@@ -376,9 +378,9 @@ class HostForms:
         return await self.settle(broker, request, channel, answer, responder(ctx), state.mode)
 
 
-def _declined_key(request_id: str) -> str:
+def declined_key(request_id: str) -> str:
     return f"declined:{request_id}"
 
 
-def _linked_key(request_id: str) -> str:
+def linked_key(request_id: str) -> str:
     return f"linked:{request_id}"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from mcp.types import CallToolResult, TextContent
+
 from hitl_mcp.durations import format_duration
 from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, Status, iso, now
 from hitl_mcp.wording import verdict
 
-__all__ = ["describe", "describe_notification", "format_duration", "to_outcome"]
+__all__ = ["describe", "describe_notification", "format_duration", "to_outcome", "tool_result"]
 
 
 def to_outcome(
@@ -30,6 +32,14 @@ def to_outcome(
         answered_at=iso(request.closed_at),
         waited_seconds=round(waited_seconds, 3),
         next_step=next_step(request, undelivered, inbox_url),
+    )
+
+
+def tool_result(outcome: Outcome, request: Request) -> CallToolResult:
+    """The tool result for an outcome: what a blocking call returns, and what a task completes with."""
+    return CallToolResult(
+        content=[TextContent(type="text", text=describe(outcome, request))],
+        structured_content=outcome.model_dump(mode="json"),
     )
 
 

@@ -2,7 +2,8 @@
 
 A call blocks at most the host's budget (see ``hosts.py``), sends ``notifications/progress`` every
 ``heartbeat_seconds`` when the client sent a progress token, then returns ``status: pending``.
-The request outlives the call: ``wait_for_response`` picks it up later.
+The request outlives the call: ``wait_for_response`` picks it up later. A call that declares MCP
+tasks does not wait at all: it is answered with a task backed by the request (``tasks/``).
 
 When the request's channels include an elicitation channel and the client can show forms or open
 links, the call also offers the request in the host's own window (``host_forms.py``).
@@ -29,9 +30,10 @@ from hitl_mcp.host_forms import HostForms
 from hitl_mcp.host_window import Linking
 from hitl_mcp.hosts import host_budget
 from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json, client_identity
-from hitl_mcp.results import describe, describe_notification, format_duration, to_outcome
+from hitl_mcp.results import describe_notification, format_duration, to_outcome, tool_result
 from hitl_mcp.signing import SecretFile
 from hitl_mcp.store.base import StoreError
+from hitl_mcp.tasks import TasksExtension, answering_as_task
 
 log = logging.getLogger("hitl_mcp.server")
 
@@ -111,6 +113,12 @@ class Settings:
         self.agent = agent
         """The agent identity (``server.agent``) that, with the client's name, owns requests."""
 
+    @property
+    def task_poll_ms(self) -> int:
+        """How often a host should poll a task: as often as the heartbeat, at most every 2 s (a reply
+        then shows within 2 s; a ``tasks/get`` reads one row)."""
+        return int(min(max(self.heartbeat_seconds, 0.25), 2.0) * 1000)
+
 
 def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings) -> MCPServer:
     """The MCP server; ``get_broker`` returns the broker once the store is open."""
@@ -155,7 +163,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         done = await forms.wait(ctx, broker, request, call_budget(ctx, settings, wait_seconds), tick)
         if isinstance(done, InputRequiredResult):  # 2026-07-28: the host's form, to fill in first
             return done
-        return result(to_outcome(done.request, done.seconds, done.undelivered, inbox_url), done.request)
+        return tool_result(to_outcome(done.request, done.seconds, done.undelivered, inbox_url), done.request)
 
     async def asking(ctx: Context, spec: AskSpec, wait_seconds: float | None) -> Waited:
         broker = await get_broker()
@@ -336,19 +344,26 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             request = await broker.cancel(request_id, reason, client_name(ctx) or "agent")
         except BrokerError as exc:
             raise ToolError(f"request_id: {exc}") from None
-        return result(to_outcome(request, 0.0), request)
+        return tool_result(to_outcome(request, 0.0), request)
 
+    tasks = TasksExtension(
+        get_broker, forms, agent=settings.agent, inbox_url=inbox_url, poll_ms=settings.task_poll_ms
+    )
     return MCPServer(
         "hitl-mcp",
         instructions=INSTRUCTIONS,
         version=__version__,
         request_state_security=security,
         tools=tools,
+        extensions=[tasks],
     )
 
 
 def call_budget(ctx: Context, settings: Settings, wait_seconds: float | None) -> float:
-    """How long this call may block: the host's budget, capped by config and the caller."""
+    """How long this call may block: the host's budget, capped by config and the caller; nothing at
+    all for a call answered with a task (``tasks/``), which the host polls instead."""
+    if answering_as_task():
+        return 0.0
     params = ctx.request_context.params or {}
     meta = params.get("_meta")
     token = isinstance(meta, dict) and meta.get("progressToken") is not None
@@ -364,13 +379,6 @@ def request_state_key(state_dir: Path) -> bytes:
     """The key that seals 2026-07-28 round-trip state, kept in the state directory (mode 0600) so a
     retry survives a restart and every process sharing the directory accepts it."""
     return SecretFile(state_dir, STATE_KEY_FILE, holds="the key to round-trip state").get().encode()
-
-
-def result(outcome: Outcome, request: Request) -> CallToolResult:
-    return CallToolResult(
-        content=[TextContent(type="text", text=describe(outcome, request))],
-        structured_content=outcome.model_dump(mode="json"),
-    )
 
 
 def _json_size(payload: Any) -> str:

@@ -1,0 +1,161 @@
+"""The ``io.modelcontextprotocol/tasks`` extension (2026-07-28) on mcp's ``Extension``.
+
+When a ``tools/call`` of ``ask_user``, ``request_approval`` or ``wait_for_response`` declares the
+extension in its own ``_meta`` capabilities, the tool runs as usual (arguments checked, the request
+stored and sent, or found) but without waiting, and the call answers at once with the task: the
+request row. ``tasks/get`` reads the row (``status.py``), ``tasks/update`` takes the host's form
+(``inputs.py``), ``tasks/cancel`` withdraws the request as ``cancel_request`` does. A call whose
+request is already settled answers with its result, as the spec allows.
+
+Only the client that asked can read or cancel its task (the owner, as for ``wait_for_response``);
+to anyone else it does not exist. A client that declares no tasks gets the blocking call.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension, MethodBinding
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolRequestParams, CallToolResult
+from mcp_types.jsonrpc import INVALID_PARAMS
+
+from hitl_mcp.broker import Broker, NotFound
+from hitl_mcp.call_context import AnyContext, client_name, is_modern
+from hitl_mcp.host_forms import HostForms
+from hitl_mcp.models import Request, Status, client_identity, now
+from hitl_mcp.tasks import status
+from hitl_mcp.tasks.inputs import TaskForms
+from hitl_mcp.tasks.wire import EXTENSION, TaskIdParams, UpdateTaskParams
+
+__all__ = ["MISSING_CAPABILITY", "TASK_TOOLS", "TasksExtension", "answering_as_task", "declares_tasks"]
+
+log = logging.getLogger("hitl_mcp.tasks")
+
+#: the tools whose call may become a task: those that wait for a person
+TASK_TOOLS = frozenset({"ask_user", "request_approval", "wait_for_response"})
+#: "Missing Required Client Capability", as the extension's specification and mcp 2.3.0 have it
+MISSING_CAPABILITY = -32021
+
+_as_task: contextvars.ContextVar[bool] = contextvars.ContextVar("hitl_mcp_as_task", default=False)
+
+
+def answering_as_task() -> bool:
+    """Whether the tool call running now is answered with a task (so it must not wait)."""
+    return _as_task.get()
+
+
+def declares_tasks(ctx: AnyContext) -> bool:
+    """Whether this very request declares the extension (2026-07-28 carries capabilities per request;
+    a client drops the extension for calls it will not run as tasks)."""
+    if not is_modern(ctx):
+        return False
+    caps = ctx.session.client_capabilities
+    return caps is not None and caps.extensions is not None and EXTENSION in caps.extensions
+
+
+class TasksExtension(Extension):
+    identifier = EXTENSION
+
+    def __init__(
+        self,
+        get_broker: Callable[[], Awaitable[Broker]],
+        forms: HostForms,
+        *,
+        agent: str | None,
+        inbox_url: str | None,
+        poll_ms: int,
+    ) -> None:
+        self.get_broker = get_broker
+        self.forms = TaskForms(forms)
+        self.agent = agent
+        self.inbox_url = inbox_url
+        self.poll_ms = poll_ms
+
+    def methods(self) -> Sequence[MethodBinding]:
+        return [
+            MethodBinding("tasks/get", TaskIdParams, self._get),
+            MethodBinding("tasks/update", UpdateTaskParams, self._update),
+            MethodBinding("tasks/cancel", TaskIdParams, self._cancel),
+        ]
+
+    async def intercept_tool_call(
+        self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        if params.name not in TASK_TOOLS or not declares_tasks(ctx):
+            return await call_next(ctx)
+        token = _as_task.set(True)
+        try:
+            done = await call_next(ctx)
+        finally:
+            _as_task.reset(token)
+        # a tool error, or a request already settled (or that nobody can get): the result itself
+        if not isinstance(done, CallToolResult) or done.is_error or not done.structured_content:
+            return done
+        if done.structured_content.get("status") != Status.PENDING:
+            return done
+        broker = await self.get_broker()
+        request = await broker.get(str(done.structured_content["request_id"]))
+        if request is None or not request.is_open or await broker.undelivered(request.id):
+            return done
+        log.info("hitl-mcp: %s answered as task %s", params.name, status.task_id(request))
+        return status.created(request, self.poll_ms)
+
+    # --- tasks/* --------------------------------------------------------------------------------
+
+    async def _mine(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> tuple[Broker, Request]:
+        if not declares_tasks(ctx):
+            raise MCPError(
+                code=MISSING_CAPABILITY,
+                message="Missing required client capability: declare the io.modelcontextprotocol/tasks "
+                "extension in this request's capabilities",
+                data={"requiredCapabilities": {"extensions": {EXTENSION: {}}}},
+            )
+        broker = await self.get_broker()
+        try:
+            request = await broker.owned(task_id, client_identity(client_name(ctx), self.agent))
+        except NotFound:
+            # someone else's task is no task at all: nothing confirms that the id exists
+            raise MCPError(code=INVALID_PARAMS, message="Failed to retrieve task: Task not found") from None
+        if request.is_open and request.expires_at is not None and request.expires_at <= now():
+            request = await broker.expire(request.id)  # due: settle it now rather than at the next sweep
+        return broker, request
+
+    async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict[str, Any]:
+        broker, request = await self._mine(ctx, params.task_id)
+        if request.is_open:
+            undelivered = await broker.undelivered(request.id)
+            if undelivered:  # nobody has it: the blocking call would say so and stop waiting, too
+                return status.settled_status(
+                    request, self.poll_ms, cancelled_by_task=False, undelivered=undelivered
+                )
+            inputs = await self.forms.requests(ctx, broker, request)
+            if inputs is not None:
+                return status.input_required(request, self.poll_ms, inputs)
+            return status.working(request, self.poll_ms)
+        by_task = request.status == Status.CANCELLED and any(
+            row.event == status.TASK_CANCELLED for row in await broker.audit(request.id)
+        )
+        return status.settled_status(
+            request, self.poll_ms, cancelled_by_task=by_task, inbox_url=self.inbox_url
+        )
+
+    async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
+        broker, request = await self._mine(ctx, params.task_id)
+        try:  # settled meanwhile by another channel: the form's answer is still recorded, as losing
+            await self.forms.answer(ctx, broker, request, params.input_responses)
+        except ValueError as exc:
+            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
+        return {}
+
+    async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict[str, Any]:
+        broker, request = await self._mine(ctx, params.task_id)
+        if request.is_open:
+            actor = client_name(ctx) or "agent"
+            await broker.record(request.id, status.TASK_CANCELLED, actor, {})
+            await broker.cancel(request.id, "the agent's host cancelled the task", actor)
+        return {}
