@@ -1,4 +1,5 @@
-"""Proof against the clients hosts use: the TypeScript SDK's Client over stdio, and the MCP Inspector CLI.
+"""Proof against the clients hosts use: the TypeScript SDK's Client over stdio, the MCP Inspector CLI,
+and the MCP tasks extension's own client (ext-tasks on the 2.x client) over stdio and HTTP.
 
 Each test runs a real ``hitl-mcp serve`` subprocess, spawned by the Node client itself (as a host
 does), and answers through the JSON API on the server's side HTTP port. The Node project is
@@ -31,7 +32,10 @@ def node_project() -> None:
     missing = []
     if shutil.which("node") is None:
         missing.append("node (Node 20)")
-    if not (TS / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir() or not INSPECTOR.exists():
+    installed = [
+        TS / "node_modules" / "@modelcontextprotocol" / name for name in ("sdk", "client", "ext-tasks")
+    ]
+    if not all(path.is_dir() for path in installed) or not INSPECTOR.exists():
         missing.append("tests/ts/node_modules (run: npm ci --prefix tests/ts)")
     if missing:
         message = "the TypeScript client tests need " + " and ".join(missing)
@@ -117,6 +121,55 @@ async def test_url_mode_offers_the_inbox_page_to_a_client_that_opens_links(tmp_p
     assert approval["status"] == "answered" and approval["approved"] is True
     assert approval["channel"] == "web" and approval["responder"] == "web inbox user"
     assert seen["completed"] == [shown["elicitationId"]]
+
+
+# ------------------------------------------------------------------ MCP tasks (ext-tasks client)
+
+
+async def tasks_scenario(name: str, transport: str, server: Server) -> dict[str, Any]:
+    out = await run_node(["node", "tasks.mjs", name, transport], server.env)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def polled_then_completed(seen: dict[str, Any]) -> None:
+    statuses = [e.get("status") or e.get("outcome") for e in seen["events"]]
+    assert statuses[-2:] == ["completed", "completed"] and statuses.count("working") >= 2, statuses
+    assert all(
+        e["statusMessage"].startswith("waiting for a reply via web — ")
+        for e in seen["events"]
+        if e.get("status") == "working"
+    )
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_ext_tasks_call_answered_as_a_task_polled_then_answered(tmp_path: Path, transport: str) -> None:
+    seen = await tasks_scenario("answer", transport, Server(tmp_path))
+    assert seen["version"] == "2026-07-28" and seen["kind"] == "task"
+    polled_then_completed(seen)
+    result = seen["result"]
+    assert result["request_id"] == seen["taskId"]
+    assert result["status"] == "answered" and result["choice"] == "yes" and result["channel"] == "web"
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_ext_tasks_cancelled_task_withdraws_the_request(tmp_path: Path, transport: str) -> None:
+    seen = await tasks_scenario("cancel", transport, Server(tmp_path))
+    assert seen["kind"] == "task" and seen["task"] == "cancelled" and seen["request"] == "cancelled"
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_ext_tasks_task_completes_after_the_server_restarts(tmp_path: Path, transport: str) -> None:
+    seen = await tasks_scenario("restart", transport, Server(tmp_path))
+    assert seen["kind"] == "task"
+    polled_then_completed(seen)  # polled on the new server, which had nothing of it in memory
+    assert seen["result"]["request_id"] == seen["taskId"] and seen["result"]["answer"] == "yes"
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_ext_tasks_on_a_legacy_connection_gets_the_plain_result(tmp_path: Path, transport: str) -> None:
+    seen = await tasks_scenario("immediate", transport, Server(tmp_path))
+    assert seen["version"] == "2025-11-25" and seen["kind"] == "immediate"
+    assert seen["result"]["status"] == "pending" and "wait_for_response" in seen["result"]["next_step"]
 
 
 def _inspector(server: Server, *method: str) -> list[str]:
