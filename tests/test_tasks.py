@@ -318,3 +318,29 @@ async def test_a_task_outlives_the_server_and_needs_nothing_from_memory(state_di
         await reply(api, created["taskId"], {"text": "yes"})
         done = await get_task(client.session, created["taskId"])
         assert done["status"] == "completed" and done["result"]["structuredContent"]["answer"] == "yes"
+
+
+# ------------------------------------------------------------------------------------------ docs
+
+
+def test_the_hosts_table_says_which_hosts_get_tasks_and_what_is_tested() -> None:
+    from tests import test_tasks_wire, test_ts_client
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "hosts.md").read_text()
+    table = text.split("## The table", 1)[1].split("\n\n")[2]
+    header, _, *lines = table.splitlines()
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    rows = {
+        cells[0]: dict(zip(columns, cells, strict=True))
+        for cells in ([cell.strip() for cell in line.strip("|").split("|")] for line in lines)
+    }
+    assert "tasks" in columns
+    assert rows["Claude Code"]["tasks"].startswith("**yes**") and "2026-07-28" in rows["Claude Code"]["tasks"]
+    assert "not served" in rows["VS Code (Copilot agent)"]["tasks"]
+    other = rows["any other host"]["tasks"]
+    # marked tested: the clients named there have their tests in this suite
+    assert "tested: ext-tasks and the Python SDK's client" in other
+    assert hasattr(test_ts_client, "test_ext_tasks_call_answered_as_a_task_polled_then_answered")
+    assert hasattr(test_tasks_wire, "test_over_stdio_the_discover_probe_leads_to_tasks")
+    assert "state/mcp-discover-verdicts.json" in text  # how to clear Claude Code's legacy verdict
