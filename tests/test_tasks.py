@@ -176,11 +176,8 @@ async def test_a_task_is_bound_to_the_client_that_asked(state_dir: Path) -> None
         assert unknown.value.code == -32602
 
 
-@pytest.mark.parametrize("mode", [MODERN, "legacy"])
-async def test_without_the_capability_calls_block_as_before_and_tasks_are_refused(
-    state_dir: Path, mode: str
-) -> None:
-    async with running(state_dir) as rt, Client(rt.build_mcp(), mode=mode) as client:  # type: ignore[arg-type]
+async def test_without_the_capability_calls_block_as_before_and_tasks_are_refused(state_dir: Path) -> None:
+    async with running(state_dir) as rt, Client(rt.build_mcp(), mode=MODERN) as client:
         out = await client.session.call_tool("ask_user", {"question": "Plain?", "wait_seconds": 0.3})
         assert isinstance(out, mcp_types.CallToolResult)
         assert out.structured_content is not None and out.structured_content["status"] == "pending"
@@ -320,6 +317,114 @@ async def test_a_task_outlives_the_server_and_needs_nothing_from_memory(state_di
         assert done["status"] == "completed" and done["result"]["structuredContent"]["answer"] == "yes"
 
 
+# ------------------------------------------------------------------------- 2025-11-25 core tasks
+
+
+async def raw(client: Client, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A request as sent on the wire: the SDK's typed client reads a tools/call result as a
+    CallToolResult, which a 2025-11-25 CreateTaskResult is not."""
+    return await client.session._dispatcher.send_raw_request(method, params, {})  # type: ignore[attr-defined]
+
+
+async def test_core_tasks_are_advertised_only_on_2025_11_25(state_dir: Path) -> None:
+    async with running(state_dir) as rt:
+        async with Client(rt.build_mcp(), mode="legacy") as client:
+            assert client.session.protocol_version == "2025-11-25"
+            caps = client.session.server_capabilities
+            assert caps is not None and caps.tasks is not None and caps.tasks.requests is not None
+            marked = {
+                t.name: t.execution and t.execution.task_support for t in (await client.list_tools()).tools
+            }
+            assert marked == {
+                "ask_user": "optional",
+                "request_approval": "optional",
+                "wait_for_response": "optional",
+                "notify_user": None,
+                "cancel_request": None,
+            }
+        async with Client(rt.build_mcp(), mode=MODERN) as modern:
+            assert all(t.execution is None for t in (await modern.list_tools()).tools)
+            with pytest.raises(MCPError) as caught:
+                await raw(modern, "tasks/result", {"taskId": "x"})
+            assert caught.value.code == -32601
+
+
+async def test_core_task_created_polled_and_its_result_waited_for(state_dir: Path) -> None:
+    async with (
+        running(state_dir) as rt,
+        Client(rt.build_mcp(), mode="legacy") as client,
+        api_client(rt) as api,
+    ):
+        created = await raw(
+            client, "tools/call", {"name": "ask_user", "arguments": {"question": "Hi?"}, "task": {}}
+        )
+        task = created["task"]
+        assert task["status"] == "working" and task["ttl"] is None and task["pollInterval"] == 1000
+        assert WAITING.match(task["statusMessage"])
+        assert (await raw(client, "tasks/get", {"taskId": task["taskId"]}))["status"] == "working"
+        out: dict[str, Any] = {}
+
+        async def result() -> None:
+            out.update(await raw(client, "tasks/result", {"taskId": task["taskId"]}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(result)  # blocks until the request settles
+            await reply(api, task["taskId"], {"text": "hello"})
+        assert out["structuredContent"]["answer"] == "hello" and out["isError"] is False
+        assert out["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task["taskId"]}
+        assert "resultType" not in out
+        assert (await raw(client, "tasks/get", {"taskId": task["taskId"]}))["status"] == "completed"
+
+
+async def test_core_tasks_list_only_the_callers_own_and_cancel_withdraws(state_dir: Path) -> None:
+    async with running(state_dir) as rt:
+        mcp = rt.build_mcp()
+        async with Client(mcp, mode="legacy", client_info=Implementation(name="alice", version="1")) as alice:
+            mine = await raw(
+                alice, "tools/call", {"name": "request_approval", "arguments": {"action": "A"}, "task": {}}
+            )
+            async with Client(mcp, mode="legacy", client_info=Implementation(name="bob", version="1")) as bob:
+                theirs = await raw(
+                    bob, "tools/call", {"name": "ask_user", "arguments": {"question": "B?"}, "task": {}}
+                )
+                assert [t["taskId"] for t in (await raw(bob, "tasks/list", {}))["tasks"]] == [
+                    theirs["task"]["taskId"]
+                ]
+                with pytest.raises(MCPError) as caught:
+                    await raw(bob, "tasks/cancel", {"taskId": mine["task"]["taskId"]})
+                assert caught.value.code == -32602
+            listed = (await raw(alice, "tasks/list", {}))["tasks"]
+            assert [t["taskId"] for t in listed] == [mine["task"]["taskId"]]
+            cancelled = await raw(alice, "tasks/cancel", {"taskId": mine["task"]["taskId"]})
+            assert cancelled["status"] == "cancelled"
+            request = await (await rt.broker()).get(mine["task"]["taskId"])
+            assert request is not None and request.status == Status.CANCELLED and request.approved is False
+            with pytest.raises(MCPError) as missing:
+                await raw(alice, "tasks/update", {"taskId": mine["task"]["taskId"], "inputResponses": {}})
+            assert missing.value.code == -32601  # not a 2025-11-25 method
+
+
+async def test_a_core_task_call_that_fails_is_an_error_not_a_task(state_dir: Path) -> None:
+    async with running(state_dir) as rt, Client(rt.build_mcp(), mode="legacy") as client:
+        with pytest.raises(MCPError) as caught:
+            await raw(
+                client,
+                "tools/call",
+                {"name": "ask_user", "arguments": {"question": "?", "choices": ["a", "a"]}, "task": {}},
+            )
+        assert caught.value.code == -32602 and "each choice must be different" in str(caught.value)
+        with pytest.raises(MCPError) as notify:
+            await raw(
+                client, "tools/call", {"name": "notify_user", "arguments": {"message": "x"}, "task": {}}
+            )
+        assert notify.value.code == -32602
+        # without params.task, the same tool answers as it always did
+        plain = await raw(
+            client, "tools/call", {"name": "ask_user", "arguments": {"question": "Q?", "wait_seconds": 0}}
+        )
+        assert plain["structuredContent"]["status"] == "pending"
+
+
 # ------------------------------------------------------------------------------------------ docs
 
 
@@ -337,10 +442,11 @@ def test_the_hosts_table_says_which_hosts_get_tasks_and_what_is_tested() -> None
     }
     assert "tasks" in columns
     assert rows["Claude Code"]["tasks"].startswith("**yes**") and "2026-07-28" in rows["Claude Code"]["tasks"]
-    assert "not served" in rows["VS Code (Copilot agent)"]["tasks"]
+    assert "2025-11-25 design: served (tested" in rows["VS Code (Copilot agent)"]["tasks"]
     other = rows["any other host"]["tasks"]
     # marked tested: the clients named there have their tests in this suite
-    assert "tested: ext-tasks and the Python SDK's client" in other
+    assert "tested: ext-tasks, the Python SDK's client, the TypeScript SDK 1.x" in other
+    assert hasattr(test_ts_client, "test_core_tasks_2025_11_25_with_the_sdks_tasks_client")
     assert hasattr(test_ts_client, "test_ext_tasks_call_answered_as_a_task_polled_then_answered")
     assert hasattr(test_tasks_wire, "test_over_stdio_the_discover_probe_leads_to_tasks")
     assert "state/mcp-discover-verdicts.json" in text  # how to clear Claude Code's legacy verdict

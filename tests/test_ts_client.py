@@ -123,7 +123,21 @@ async def test_url_mode_offers_the_inbox_page_to_a_client_that_opens_links(tmp_p
     assert seen["completed"] == [shown["elicitationId"]]
 
 
-# ------------------------------------------------------------------ MCP tasks (ext-tasks client)
+# ------------------------------------------------------------------ MCP tasks
+
+
+async def test_core_tasks_2025_11_25_with_the_sdks_tasks_client(tmp_path: Path) -> None:
+    """The design VS Code implements: params.task, tasks/get, tasks/result, tasks/list, tasks/cancel."""
+    seen = await scenario("tasks", Server(tmp_path))
+    assert seen["capabilities"] == {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+    assert seen["taskTools"] == ["ask_user", "request_approval", "wait_for_response"]
+    types = [(m["type"], m.get("status")) for m in seen["messages"]]
+    assert types[0] == ("taskCreated", "working") and ("taskStatus", "working") in types
+    assert types[-2:] == [("taskStatus", "completed"), ("result", None)], types
+    assert seen["result"]["status"] == "answered" and seen["result"]["choice"] == "yes"
+    assert seen["related"] == {"taskId": seen["result"]["request_id"]}
+    assert seen["cancelled"] == "cancelled" and seen["request"] == "cancelled"
+    assert sorted(status for _, status in seen["listed"]) == ["cancelled", "completed"]
 
 
 async def tasks_scenario(name: str, transport: str, server: Server) -> dict[str, Any]:

@@ -356,6 +356,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         request_state_security=security,
         tools=tools,
         extensions=[tasks],
+        middleware=[tasks.core],
     )
 
 

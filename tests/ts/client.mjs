@@ -9,6 +9,7 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import {
+  CreateTaskResultSchema,
   ElicitationCompleteNotificationSchema,
   ElicitRequestSchema,
 } from "@modelcontextprotocol/sdk/types.js";
@@ -187,7 +188,57 @@ async function link() {
   }
 }
 
-const scenarios = { heartbeat, budget, elicitation, link };
+// 2025-11-25 tasks (the design VS Code implements), through this SDK's experimental tasks client: the
+// tools are marked task-capable, so callToolStream sends `task`, polls tasks/get, then tasks/result.
+// A person answers once the client has polled the task working; a second task is cancelled.
+async function tasks() {
+  const { client } = await connect("ts-core-tasks");
+  try {
+    const taskTools = (await client.listTools()).tools
+      .filter((t) => t.execution?.taskSupport === "optional")
+      .map((t) => t.name);
+    const messages = [];
+    let answering = null;
+    let result = null;
+    const stream = client.experimental.tasks.callToolStream({
+      name: "ask_user",
+      arguments: { question: "Ship it?", choices: ["yes", "no"] },
+    });
+    for await (const message of stream) {
+      messages.push({ type: message.type, status: message.task?.status, error: message.error?.message });
+      if (message.type === "taskStatus" && message.task.status === "working" && answering === null) {
+        answering = api(`/api/requests/${message.task.taskId}/reply`, {
+          method: "POST",
+          body: JSON.stringify({ choice: "yes" }),
+        });
+      }
+      if (message.type === "result") result = message.result;
+    }
+    await answering;
+    const created = await client.request(
+      { method: "tools/call", params: { name: "request_approval", arguments: { action: "Reboot" } } },
+      CreateTaskResultSchema,
+      { task: {} },
+    );
+    const cancelled = await client.experimental.tasks.cancelTask(created.task.taskId);
+    const listed = await client.experimental.tasks.listTasks();
+    const request = await api(`/api/requests/${created.task.taskId}`);
+    return {
+      capabilities: client.getServerCapabilities().tasks,
+      taskTools,
+      messages,
+      result: result?.structuredContent,
+      related: result?._meta?.["io.modelcontextprotocol/related-task"],
+      cancelled: cancelled.status,
+      request: request.status,
+      listed: listed.tasks.map((t) => [t.taskId, t.status]),
+    };
+  } finally {
+    await client.close();
+  }
+}
+
+const scenarios = { heartbeat, budget, elicitation, link, tasks };
 const name = process.argv[2];
 if (!(name in scenarios)) {
   console.error(`usage: node client.mjs ${Object.keys(scenarios).join("|")}`);

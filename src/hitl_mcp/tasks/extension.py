@@ -13,22 +13,25 @@ to anyone else it does not exist. A client that declares no tasks gets the block
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolRequestParams, CallToolResult
+from mcp_types import CallToolRequestParams, CallToolResult, PaginatedRequestParams
 from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from hitl_mcp.broker import Broker, NotFound
 from hitl_mcp.call_context import AnyContext, client_name, is_modern
 from hitl_mcp.host_forms import HostForms
 from hitl_mcp.models import Request, Status, client_identity, now
 from hitl_mcp.tasks import status
+from hitl_mcp.tasks.core import CORE_VERSION, CoreTasks
 from hitl_mcp.tasks.inputs import TaskForms
 from hitl_mcp.tasks.wire import EXTENSION, TaskIdParams, UpdateTaskParams
 
@@ -47,6 +50,16 @@ _as_task: contextvars.ContextVar[bool] = contextvars.ContextVar("hitl_mcp_as_tas
 def answering_as_task() -> bool:
     """Whether the tool call running now is answered with a task (so it must not wait)."""
     return _as_task.get()
+
+
+@contextlib.contextmanager
+def as_task() -> Iterator[None]:
+    """Within: the tool call running now is answered with a task."""
+    token = _as_task.set(True)
+    try:
+        yield
+    finally:
+        _as_task.reset(token)
 
 
 def declares_tasks(ctx: AnyContext) -> bool:
@@ -75,12 +88,19 @@ class TasksExtension(Extension):
         self.agent = agent
         self.inbox_url = inbox_url
         self.poll_ms = poll_ms
+        self.core = CoreTasks(get_broker, TASK_TOOLS, as_task, poll_ms=poll_ms, inbox_url=inbox_url)
+        """The 2025-11-25 design: its middleware, and its side of the shared ``tasks/*`` methods."""
 
     def methods(self) -> Sequence[MethodBinding]:
+        core = frozenset({CORE_VERSION})
         return [
             MethodBinding("tasks/get", TaskIdParams, self._get),
-            MethodBinding("tasks/update", UpdateTaskParams, self._update),
+            MethodBinding(
+                "tasks/update", UpdateTaskParams, self._update, frozenset(MODERN_PROTOCOL_VERSIONS)
+            ),
             MethodBinding("tasks/cancel", TaskIdParams, self._cancel),
+            MethodBinding("tasks/result", TaskIdParams, self._result, core),
+            MethodBinding("tasks/list", PaginatedRequestParams, self._list, core),
         ]
 
     async def intercept_tool_call(
@@ -88,11 +108,8 @@ class TasksExtension(Extension):
     ) -> HandlerResult:
         if params.name not in TASK_TOOLS or not declares_tasks(ctx):
             return await call_next(ctx)
-        token = _as_task.set(True)
-        try:
+        with as_task():
             done = await call_next(ctx)
-        finally:
-            _as_task.reset(token)
         # a tool error, or a request already settled (or that nobody can get): the result itself
         if not isinstance(done, CallToolResult) or done.is_error or not done.structured_content:
             return done
@@ -108,7 +125,9 @@ class TasksExtension(Extension):
     # --- tasks/* --------------------------------------------------------------------------------
 
     async def _mine(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> tuple[Broker, Request]:
-        if not declares_tasks(ctx):
+        # 2026-07-28: each request must declare the extension; 2025-11-25 has no such declaration
+        # (a task there is one the caller created with params.task, or any request of its own)
+        if is_modern(ctx) and not declares_tasks(ctx):
             raise MCPError(
                 code=MISSING_CAPABILITY,
                 message="Missing required client capability: declare the io.modelcontextprotocol/tasks "
@@ -127,6 +146,8 @@ class TasksExtension(Extension):
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict[str, Any]:
         broker, request = await self._mine(ctx, params.task_id)
+        if not is_modern(ctx):
+            return await self.core.task(broker, request)
         if request.is_open:
             undelivered = await broker.undelivered(request.id)
             if undelivered:  # nobody has it: the blocking call would say so and stop waiting, too
@@ -157,5 +178,16 @@ class TasksExtension(Extension):
         if request.is_open:
             actor = client_name(ctx) or "agent"
             await broker.record(request.id, status.TASK_CANCELLED, actor, {})
-            await broker.cancel(request.id, "the agent's host cancelled the task", actor)
-        return {}
+            request = await broker.cancel(request.id, "the agent's host cancelled the task", actor)
+        return {} if is_modern(ctx) else await self.core.task(broker, request)
+
+    async def _result(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict[str, Any]:
+        broker, request = await self._mine(ctx, params.task_id)
+        return await self.core.result(broker, request)
+
+    async def _list(
+        self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
+    ) -> dict[str, Any]:
+        broker = await self.get_broker()
+        owner = client_identity(client_name(ctx), self.agent)
+        return await self.core.listing(broker, owner, params.cursor if params is not None else None)

@@ -1,0 +1,146 @@
+"""MCP tasks of the 2025-11-25 protocol (the core, experimental design VS Code implements), on the
+same request rows as the 2026-07-28 extension.
+
+mcp 2.3.0 has the types and no runtime, so this is a server middleware on 2025-11-25 connections:
+
+- ``initialize`` advertises ``capabilities.tasks`` (``list``, ``cancel``, ``requests.tools.call``);
+- ``tools/list`` marks ``ask_user``, ``request_approval`` and ``wait_for_response`` with
+  ``execution.taskSupport: "optional"``;
+- a ``tools/call`` of one of them carrying ``params.task`` runs the tool without waiting and answers
+  ``{task: {...}}`` (a ``CreateTaskResult``); a tool error is a JSON-RPC error instead, since the
+  caller asked for a task.
+
+``tasks/get``, ``tasks/result`` (waits until the request settles, then the blocking call's result),
+``tasks/list`` (the caller's own requests only) and ``tasks/cancel`` are the extension's methods,
+which hand 2025-11-25 calls to ``CoreTasks``. The host's own form is not offered in these tasks (the
+design sends it over the side channel during ``tasks/result``): the other channels carry the request.
+``notifications/tasks/status`` is not sent; hosts poll.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_PARAMS
+
+from hitl_mcp.broker import Broker
+from hitl_mcp.models import Kind, Request, Status, iso, now
+from hitl_mcp.results import to_outcome, tool_result
+from hitl_mcp.tasks.status import TASK_CANCELLED, is_settled, waiting_message
+
+__all__ = ["CORE_VERSION", "RELATED_TASK", "CoreTasks"]
+
+CORE_VERSION = "2025-11-25"
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+CAPABILITY: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+LIST_PAGE = 100
+#: how long ``tasks/result`` waits on a request without an expiry before it looks again
+RESULT_WAIT = 3600.0
+
+
+class CoreTasks:
+    def __init__(
+        self,
+        get_broker: Callable[[], Awaitable[Broker]],
+        task_tools: frozenset[str],
+        as_task: Callable[[], Any],
+        *,
+        poll_ms: int,
+        inbox_url: str | None,
+    ) -> None:
+        self.get_broker = get_broker
+        self.task_tools = task_tools
+        self.as_task = as_task
+        """Enters "this tool call is answered with a task" (a context manager)."""
+        self.poll_ms = poll_ms
+        self.inbox_url = inbox_url
+
+    # --- the middleware: initialize, tools/list, tools/call with params.task ---------------------
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method == "initialize":
+            result = await call_next(ctx)
+            if isinstance(result, dict) and result.get("protocolVersion") == CORE_VERSION:
+                result.setdefault("capabilities", {})["tasks"] = CAPABILITY
+            return result
+        if ctx.protocol_version != CORE_VERSION or ctx.request_id is None:
+            return await call_next(ctx)
+        if ctx.method == "tools/list":
+            result = await call_next(ctx)
+            for tool in result.get("tools", []) if isinstance(result, dict) else []:
+                if tool.get("name") in self.task_tools:
+                    tool["execution"] = {"taskSupport": "optional"}
+            return result
+        params = ctx.params
+        if ctx.method != "tools/call" or not isinstance(params, Mapping) or params.get("task") is None:
+            return await call_next(ctx)
+        if params.get("name") not in self.task_tools:
+            raise MCPError(code=INVALID_PARAMS, message=f"tool {params.get('name')!r} does not run as a task")
+        with self.as_task():
+            result = await call_next(
+                dataclasses.replace(ctx, params={k: v for k, v in params.items() if k != "task"})
+            )
+        if not isinstance(result, dict):
+            raise MCPError(code=INVALID_PARAMS, message="the tool gave no result")
+        content = result.get("structuredContent")
+        if result.get("isError") or not isinstance(content, dict):
+            text = " ".join(c.get("text", "") for c in result.get("content", []) if isinstance(c, dict))
+            raise MCPError(code=INVALID_PARAMS, message=text or "the tool failed")
+        broker = await self.get_broker()
+        request = await broker.get_or_raise(str(content["request_id"]))
+        return {"task": await self.task(broker, request)}
+
+    # --- tasks/* for 2025-11-25 callers -----------------------------------------------------------
+
+    async def task(self, broker: Broker, request: Request) -> dict[str, Any]:
+        """The 2025-11-25 ``Task`` for a request: flat, ``ttl`` and ``pollInterval``."""
+        if not is_settled(request):
+            undelivered = await broker.undelivered(request.id)
+            status, message = (
+                ("completed", "nobody was reached") if undelivered else ("working", waiting_message(request))
+            )
+        elif request.status == Status.CANCELLED and await self.cancelled_by_task(broker, request):
+            status, message = "cancelled", f"cancelled: {request.comment}" if request.comment else "cancelled"
+        else:
+            status, message = "completed", request.status.value
+        return {
+            "taskId": request.id,
+            "status": status,
+            "statusMessage": message,
+            "createdAt": iso(request.created_at),
+            "lastUpdatedAt": iso(request.closed_at or request.created_at),
+            "ttl": None,
+            "pollInterval": self.poll_ms,
+        }
+
+    @staticmethod
+    async def cancelled_by_task(broker: Broker, request: Request) -> bool:
+        return any(row.event == TASK_CANCELLED for row in await broker.audit(request.id))
+
+    async def result(self, broker: Broker, request: Request) -> dict[str, Any]:
+        """``tasks/result``: waits until the request settles (or nobody can be reached), then the tool
+        result the blocking call would have returned, marked as this task's."""
+        while request.is_open and not await broker.undelivered(request.id):
+            left = RESULT_WAIT if request.expires_at is None else max(request.expires_at - now(), 0.0) + 1.0
+            request = await broker.wait(request.id, min(left, RESULT_WAIT))
+        undelivered = await broker.undelivered(request.id) if request.is_open else None
+        end = request.closed_at if request.closed_at is not None else now()
+        outcome = to_outcome(request, max(end - request.created_at, 0.0), undelivered, self.inbox_url)
+        result = tool_result(outcome, request).model_dump(by_alias=True, mode="json", exclude_none=True)
+        result.pop("resultType", None)  # a 2026-07-28 field
+        result["_meta"] = {RELATED_TASK: {"taskId": request.id}}
+        return result
+
+    async def listing(self, broker: Broker, owner: str, cursor: str | None) -> dict[str, Any]:
+        """``tasks/list``: the caller's own questions and approvals, newest first (others are never
+        listed: that would tell one client what another asks)."""
+        page = await broker.list_requests(None, LIST_PAGE, cursor)
+        mine = [r for r in page if r.owner == owner and r.kind != Kind.NOTIFICATION]
+        listed: dict[str, Any] = {"tasks": [await self.task(broker, r) for r in mine]}
+        if len(page) == LIST_PAGE:
+            listed["nextCursor"] = page[-1].id
+        return listed
