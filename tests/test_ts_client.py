@@ -180,6 +180,21 @@ async def test_ext_tasks_task_completes_after_the_server_restarts(tmp_path: Path
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_ext_tasks_host_form_rides_in_input_required_and_tasks_update(
+    tmp_path: Path, transport: str
+) -> None:
+    seen = await tasks_scenario("form", transport, Server(tmp_path))
+    (shown,) = seen["shown"]
+    assert shown["kind"] == "elicitation" and shown["message"].startswith("Which colour?")
+    assert shown["schema"]["properties"]["choice"]["enum"] == ["red", "blue"]
+    statuses = [e.get("status") for e in seen["events"]]
+    assert "input_required" in statuses and statuses[-2] == "completed", statuses
+    result = seen["result"]
+    assert result["choice"] == "blue" and result["channel"] == "elicitation"
+    assert result["responder"] == "host form (ts-tasks)"
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_ext_tasks_on_a_legacy_connection_gets_the_plain_result(tmp_path: Path, transport: str) -> None:
     seen = await tasks_scenario("immediate", transport, Server(tmp_path))
     assert seen["version"] == "2025-11-25" and seen["kind"] == "immediate"

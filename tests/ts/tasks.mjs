@@ -5,7 +5,8 @@
 //
 // Scenarios: `answer` (a call answered as a task, polled, answered by a person through the JSON API),
 // `cancel` (the host cancels the task: the request is withdrawn), `restart` (the server stops in the
-// middle; a new one, knowing nothing, completes the task), `immediate` (a legacy client: no task).
+// middle; a new one, knowing nothing, completes the task), `form` (the host's form inside the task,
+// answered with tasks/update), `immediate` (a legacy client: no task).
 //
 // Environment: as client.mjs (HITL_PYTHON, HITL_CONFIG, HITL_STATE_DIR, HITL_WEB_TOKEN, HITL_API, HITL_ROOT).
 
@@ -53,7 +54,7 @@ function stopped(child) {
 }
 
 /** A client and an ext-tasks session on it, over `kind` ("stdio" or "http"). */
-async function connect(kind, negotiation = "auto") {
+async function connect(kind, negotiation = "auto", { capabilities = clientCapabilities, onInputRequest } = {}) {
   let server = null;
   let transport;
   if (kind === "http") {
@@ -69,7 +70,7 @@ async function connect(kind, negotiation = "auto") {
     });
   }
   const client = new Client(clientInfo, {
-    capabilities: clientCapabilities,
+    capabilities,
     versionNegotiation: { mode: negotiation },
   });
   await client.connect(transport);
@@ -102,8 +103,9 @@ async function connect(kind, negotiation = "auto") {
     v2RequestFraming: {
       protocolVersion: client.getNegotiatedProtocolVersion(),
       clientInfo,
-      clientCapabilities,
+      clientCapabilities: capabilities,
     },
+    onInputRequest,
   });
   const close = async () => {
     await client.close();
@@ -209,6 +211,28 @@ async function restart(kind) {
   }
 }
 
+// The host's own form inside a task: the client shows forms, so tasks/get asks for input
+// (input_required); the handler answers, ext-tasks sends tasks/update, and the task completes.
+async function form(kind) {
+  const shown = [];
+  const { session, close, version } = await connect(kind, "auto", {
+    capabilities: { ...clientCapabilities, elicitation: { form: {} } },
+    onInputRequest: async (request) => {
+      shown.push({ kind: request.kind, message: request.params.message, schema: request.params.requestedSchema });
+      return { action: "accept", content: { choice: "blue" } };
+    },
+  });
+  const events = [];
+  try {
+    const execution = await session.callTool("ask_user", { question: "Which colour?", choices: ["red", "blue"] });
+    const { outcome } = await execution.settle({ onEvent: eventLog(events) });
+    return { version, kind: execution.kind, shown, events, result: resultFromTaskOutcome(outcome).structuredContent };
+  } finally {
+    await session.close();
+    await close();
+  }
+}
+
 // A client on the legacy handshake declares no tasks: the call is answered as before.
 async function immediate(kind) {
   const { session, close, version } = await connect(kind, "legacy");
@@ -222,7 +246,7 @@ async function immediate(kind) {
   }
 }
 
-const scenarios = { answer, cancel, restart, immediate };
+const scenarios = { answer, cancel, restart, form, immediate };
 const [name, kind = "stdio"] = process.argv.slice(2);
 if (!scenarios[name]) throw new Error(`unknown scenario ${name}`);
 const seen = await scenarios[name](kind);

@@ -158,9 +158,7 @@ class TasksExtension(Extension):
             if inputs is not None:
                 return status.input_required(request, self.poll_ms, inputs)
             return status.working(request, self.poll_ms)
-        by_task = request.status == Status.CANCELLED and any(
-            row.event == status.TASK_CANCELLED for row in await broker.audit(request.id)
-        )
+        by_task = request.status == Status.CANCELLED and await self.core.cancelled_by_task(broker, request)
         return status.settled_status(
             request, self.poll_ms, cancelled_by_task=by_task, inbox_url=self.inbox_url
         )
