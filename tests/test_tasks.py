@@ -62,7 +62,8 @@ async def test_a_call_that_declares_tasks_gets_the_request_as_a_task_at_once(sta
             created = await start_task(client, "ask_user", {"question": "Colour?", "wait_seconds": 600})
         assert created["resultType"] == "task" and created["status"] == "working"
         assert WAITING.match(created["statusMessage"]), created["statusMessage"]
-        assert created["ttlMs"] is None and created["pollIntervalMs"] == 1000  # heartbeat_seconds: 1
+        assert created["pollIntervalMs"] == 1000  # heartbeat_seconds: 1
+        assert created["ttlMs"] == (24 + 24) * 3600 * 1000  # the question's 24 h, and a day to read it
         assert created["createdAt"].endswith("Z") and created["lastUpdatedAt"] == created["createdAt"]
         # the task is the request: durable before the answer left, with the same id
         (row,) = (await api.get("/api/requests", params={"status": "pending"})).json()["requests"]
@@ -70,7 +71,7 @@ async def test_a_call_that_declares_tasks_gets_the_request_as_a_task_at_once(sta
 
         working = await get_task(client.session, created["taskId"])
         assert working["status"] == "working" and working["resultType"] == "complete"
-        assert "result" not in working and working["ttlMs"] is None
+        assert "result" not in working and working["ttlMs"] == created["ttlMs"]
 
         await reply(api, created["taskId"], {"text": "blue"})
         done = await get_task(client.session, created["taskId"])
@@ -359,7 +360,9 @@ async def test_core_task_created_polled_and_its_result_waited_for(state_dir: Pat
             client, "tools/call", {"name": "ask_user", "arguments": {"question": "Hi?"}, "task": {}}
         )
         task = created["task"]
-        assert task["status"] == "working" and task["ttl"] is None and task["pollInterval"] == 1000
+        assert (
+            task["status"] == "working" and task["ttl"] == 48 * 3600 * 1000 and task["pollInterval"] == 1000
+        )
         assert WAITING.match(task["statusMessage"])
         assert (await raw(client, "tasks/get", {"taskId": task["taskId"]}))["status"] == "working"
         out: dict[str, Any] = {}

@@ -30,7 +30,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 from hitl_mcp.broker import Broker
 from hitl_mcp.models import Kind, Request, Status, iso, now
 from hitl_mcp.results import to_outcome, tool_result
-from hitl_mcp.tasks.status import TASK_CANCELLED, is_settled, waiting_message
+from hitl_mcp.tasks.status import TASK_CANCELLED, is_settled, ttl_ms, waiting_message
 
 __all__ = ["CORE_VERSION", "RELATED_TASK", "CoreTasks"]
 
@@ -113,7 +113,7 @@ class CoreTasks:
             "statusMessage": message,
             "createdAt": iso(request.created_at),
             "lastUpdatedAt": iso(request.closed_at or request.created_at),
-            "ttl": None,
+            "ttl": ttl_ms(request),
             "pollInterval": self.poll_ms,
         }
 

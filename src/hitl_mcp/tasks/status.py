@@ -38,6 +38,16 @@ __all__ = [
 
 #: the audit event ``tasks/cancel`` writes: what tells "the host cancelled the task" from other cancels
 TASK_CANCELLED = "task_cancelled"
+#: how long a task stays readable after its request expires (it is kept longer: the row is never purged)
+KEEP_AFTER_EXPIRY_MS = 86_400_000
+
+
+def ttl_ms(request: Request) -> int | None:
+    """The task's time to live: until its request expires, and a day more to read how it ended.
+    A number rather than null ("unlimited", also true), which every client's schema accepts."""
+    if request.expires_at is None:
+        return None
+    return int((request.expires_at - request.created_at) * 1000) + KEEP_AFTER_EXPIRY_MS
 
 
 def task_id(request: Request) -> str:
@@ -59,7 +69,7 @@ def _base(request: Request, status: TaskStatus, message: str, poll_ms: int) -> d
         "status_message": message,
         "created_at": iso(request.created_at) or "",
         "last_updated_at": iso(request.closed_at or request.created_at) or "",
-        "ttl_ms": None,
+        "ttl_ms": ttl_ms(request),
         "poll_interval_ms": poll_ms,
     }
 

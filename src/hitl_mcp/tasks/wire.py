@@ -48,7 +48,7 @@ class Task(Result):
     created_at: str
     last_updated_at: str
     ttl_ms: int | None
-    """Never discarded while the request row lives: null, "unlimited"."""
+    """Required, and may be null ("unlimited")."""
     poll_interval_ms: int | None = None
 
 
