@@ -377,6 +377,7 @@ async def test_core_task_created_polled_and_its_result_waited_for(state_dir: Pat
         assert out["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task["taskId"]}
         assert "resultType" not in out
         assert (await raw(client, "tasks/get", {"taskId": task["taskId"]}))["status"] == "completed"
+        # the change tasks/result saw was told, too (notifications/tasks/status)
 
 
 async def test_core_tasks_list_only_the_callers_own_and_cancel_withdraws(state_dir: Path) -> None:

@@ -138,6 +138,8 @@ async def test_core_tasks_2025_11_25_with_the_sdks_tasks_client(tmp_path: Path) 
     assert seen["related"] == {"taskId": seen["result"]["request_id"]}
     assert seen["cancelled"] == "cancelled" and seen["request"] == "cancelled"
     assert sorted(status for _, status in seen["listed"]) == ["cancelled", "completed"]
+    # tasks/result saw the request settle and said so: notifications/tasks/status
+    assert seen["told"] == [[seen["result"]["request_id"], "completed"]]
 
 
 async def tasks_scenario(name: str, transport: str, server: Server) -> dict[str, Any]:

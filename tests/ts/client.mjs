@@ -12,6 +12,7 @@ import {
   CreateTaskResultSchema,
   ElicitationCompleteNotificationSchema,
   ElicitRequestSchema,
+  TaskStatusNotificationSchema,
 } from "@modelcontextprotocol/sdk/types.js";
 
 const env = (name) => {
@@ -193,6 +194,10 @@ async function link() {
 // A person answers once the client has polled the task working; a second task is cancelled.
 async function tasks() {
   const { client } = await connect("ts-core-tasks");
+  const told = [];
+  client.setNotificationHandler(TaskStatusNotificationSchema, (n) => {
+    told.push([n.params.taskId, n.params.status]);
+  });
   try {
     const taskTools = (await client.listTools()).tools
       .filter((t) => t.execution?.taskSupport === "optional")
@@ -232,6 +237,7 @@ async function tasks() {
       cancelled: cancelled.status,
       request: request.status,
       listed: listed.tasks.map((t) => [t.taskId, t.status]),
+      told,
     };
   } finally {
     await client.close();

@@ -1,9 +1,11 @@
-"""MCP tasks, backed by request rows: the ``io.modelcontextprotocol/tasks`` extension (2026-07-28).
+"""MCP tasks, backed by request rows: the ``io.modelcontextprotocol/tasks`` extension (2026-07-28),
+and the 2025-11-25 design on 2025-11-25 connections.
 
 - ``wire.py``: the extension's shapes;
 - ``status.py``: a request row read as a task;
 - ``inputs.py``: the host's own form inside a task;
-- ``extension.py``: the extension itself (the ``tools/call`` interceptor and ``tasks/*``).
+- ``extension.py``: the extension itself (the ``tools/call`` interceptor and ``tasks/*``);
+- ``core.py``: the 2025-11-25 design (a middleware, and its side of ``tasks/*``).
 """
 
 from hitl_mcp.tasks.extension import (

@@ -14,7 +14,8 @@ mcp 2.3.0 has the types and no runtime, so this is a server middleware on 2025-1
 ``tasks/list`` (the caller's own requests only) and ``tasks/cancel`` are the extension's methods,
 which hand 2025-11-25 calls to ``CoreTasks``. The host's own form is not offered in these tasks (the
 design sends it over the side channel during ``tasks/result``): the other channels carry the request.
-``notifications/tasks/status`` is not sent; hosts poll.
+``notifications/tasks/status`` is sent when ``tasks/result`` sees the request settle; otherwise hosts
+poll (no task runs in the background to push it).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ request is already settled answers with its result, as the spec allows.
 
 Only the client that asked can read or cancel its task (the owner, as for ``wait_for_response``);
 to anyone else it does not exist. A client that declares no tasks gets the blocking call.
+
+The same ``tasks/*`` methods serve the 2025-11-25 design on 2025-11-25 connections (``core.py``),
+where ``tasks/result`` and ``tasks/list`` exist and ``tasks/update`` does not.
 """
 
 from __future__ import annotations
@@ -17,12 +20,18 @@ import contextlib
 import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolRequestParams, CallToolResult, PaginatedRequestParams
+from mcp_types import (
+    CallToolRequestParams,
+    CallToolResult,
+    PaginatedRequestParams,
+    TaskStatusNotification,
+    TaskStatusNotificationParams,
+)
 from mcp_types.jsonrpc import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -181,7 +190,14 @@ class TasksExtension(Extension):
 
     async def _result(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict[str, Any]:
         broker, request = await self._mine(ctx, params.task_id)
-        return await self.core.result(broker, request)
+        result = await self.core.result(broker, request)
+        # the status changed while this waited: say so (2025-11-25's notifications/tasks/status), on
+        # this request's stream, ahead of the result
+        task = await self.core.task(broker, await broker.get_or_raise(request.id))
+        notification = TaskStatusNotification(params=TaskStatusNotificationParams.model_validate(task))
+        # not in mcp 2.3.0's notification union (types only), hence the cast; sent as any other
+        await ctx.session.send_notification(cast(Any, notification), related_request_id=ctx.request_id)
+        return result
 
     async def _list(
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
