@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
 import secrets
 import sys
 import time
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import httpx2
 import jsonschema
 import pytest
@@ -33,7 +36,7 @@ from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.config import ConfigError, parse_config
 from hitl_mcp.models import Kind, Request, Status
-from tests.conftest import api_client, make_config, running
+from tests.conftest import PYTHON, TOKEN, api_client, make_config, running
 from tests.support.events import Changes, until
 from tests.support.harness import ChannelFactory, channel_broker, sent_row
 from tests.support.serve import serving
@@ -531,3 +534,82 @@ server:
             )
             (settled,) = await receiver.until_events("hitl.request.settled")
             assert settled["data"]["approved"] is True
+
+
+async def test_check_and_test_channel_from_the_command_line(tmp_path: Path, receiver: Receiver) -> None:
+    config = tmp_path / "hitl.yaml"
+    config.write_text(
+        "channels:\n  web: {type: web}\n"
+        f"  hook: {{type: webhook, url: '{receiver.url}', secret: '${{HOOK_SECRET}}'}}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HITL_")}
+    env.update(HITL_STATE_DIR=str(tmp_path), HITL_WEB_TOKEN=TOKEN, HOOK_SECRET=SECRET)
+    check = await anyio.run_process(
+        [PYTHON, "-m", "hitl_mcp", "check", "--config", str(config)], env=env, check=False
+    )
+    out = check.stdout.decode()
+    assert check.returncode == 0, out + check.stderr.decode()
+    assert "# channel hook: ok: http://127.0.0.1:" in out and "answered HTTP 204 to a signed hitl.ping" in out
+    assert SECRET not in out + check.stderr.decode()
+    sent = await anyio.run_process(
+        [PYTHON, "-m", "hitl_mcp", "test-channel", "hook", "--config", str(config)], env=env, check=False
+    )
+    assert sent.returncode == 0, sent.stderr.decode()
+    assert sent.stdout.decode().strip() == "hook: test message delivered"
+    (note,) = receiver.events("hitl.notification")
+    schema_check(note)
+    assert note["data"]["title"] == "hitl-mcp test"
+
+    receiver.plan = [400]
+    refused = await anyio.run_process(
+        [PYTHON, "-m", "hitl_mcp", "test-channel", "hook", "--config", str(config)], env=env, check=False
+    )
+    said = refused.stderr.decode()
+    assert refused.returncode == 1 and "refused it with HTTP 400" in said, said
+    assert SECRET not in said and PATH_TOKEN not in said
+
+
+# ------------------------------------------------------------------------------------ the docs page
+
+PAGE = ROOT / "docs" / "channels" / "webhook.md"
+
+
+def test_the_docs_examples_fit_the_schemas() -> None:
+    examples = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", PAGE.read_text(), re.S)]
+    events = [e for e in examples if str(e.get("type", "")).startswith("hitl.")]
+    assert {e["type"] for e in events} == {
+        p.name.removesuffix(".schema.json") for p in SCHEMAS.glob("hitl.*")
+    }
+    for event in events:
+        schema_check(event)
+
+
+async def test_the_docs_snippets_verify_events_and_answer(
+    tmp_path: Path, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page's Python, run as written: its read_event verifies what the channel sends, and its
+    answer() is accepted by the channel (httpx2 stands in for httpx: the same API)."""
+    monkeypatch.setenv("HITL_WEBHOOK_SECRET", SECRET)
+    monkeypatch.setitem(sys.modules, "httpx", httpx2)
+    blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
+    reader: dict[str, Any] = {}
+    exec(next(b for b in blocks if "def read_event" in b), reader)
+    sender: dict[str, Any] = {}
+    exec(next(b for b in blocks if "def answer" in b), sender)
+    async with hooked(tmp_path, hook_config(receiver.url)) as (broker, base):
+        request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Scale to 10"))
+        await delivered(broker, request)
+        (got,) = receiver.got
+        assert reader["read_event"](got.body, got.headers)["data"]["request_id"] == request.id
+        assert reader["read_event"](got.body, got.headers) is None  # a retry: handled already
+        forged = {**got.headers, "webhook-id": "msg_other"}
+        assert reader["read_event"](got.body, forged) is None
+        assert reader["read_event"](got.body, {**got.headers, "webhook-signature": "v1"}) is None
+
+        url = f"{base}/webhooks/hook/reply"
+        response = await anyio.to_thread.run_sync(
+            lambda: sender["answer"](url, request.id, "sam@example.com", decision="approve", comment="go")
+        )
+        assert response.status_code == 200, response.text
+        done = await broker.wait(request.id, 10)
+        assert (done.approved, done.responder, done.comment) == (True, "sam@example.com", "go")
