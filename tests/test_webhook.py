@@ -442,7 +442,7 @@ URL = "url: 'https://n8n.example/webhook/x'"
         (f"{URL}, secret: whsec_secret-value", "expected a Standard Webhooks secret"),
         (f"{URL}, secret: whsec_c2VjcmV0LXZhbHVl", "the base64 of 24 to 64 random bytes"),  # 12 bytes
         (f"url: 'ftp://x', secret: {SECRET}", "expected an http(s) URL"),
-        (f"{URL}, secret: {SECRET}, timeout: 60", "timeout"),
+        (f"{URL}, secret: {SECRET}, timeout: 60", "timeout: must be between 0.1s and 25s, got 60"),
         (f"{URL}, secret: {SECRET}, allowed_responders: []", "name at least one responder"),
     ],
 )
