@@ -346,8 +346,10 @@ async def test_forged_stale_malformed_and_replayed_answers_are_refused_and_chang
             again = await http.post(f"{base}/webhooks/hook/reply", content=body, headers=good)
         assert again.status_code == 409 and again.json()["code"] == "replayed"
         assert len(await broker.store.replies(request.id)) == 1
+        # only the replay is audited: it carried a valid signature; the unverified ones are not let
+        # write to the audit log, or anyone without the secret could fill it
         refused = await audit(broker, None, "reply_ignored")
-        assert len(refused) == len(cases) + 1
+        assert [r.data["reason"].split(":")[0] for r in refused] == ["replayed"]
         logged = json.dumps([(r.actor, r.data) for r in refused])
         assert SECRET not in logged and sig not in logged and "Drop prod" not in logged
 

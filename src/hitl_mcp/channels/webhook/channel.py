@@ -68,11 +68,11 @@ class WebhookChannel(BaseChannel):
         async for chunk in http.stream():
             body += chunk
             if len(body) > MAX_BODY:
-                return await self._refuse(TOO_LARGE, None, None)
+                return self._turn_away(TOO_LARGE)
         require_library()
         verified = verify(self.config.secret.get_secret_value(), body, http.headers)
         if isinstance(verified, Refusal):
-            return await self._refuse(verified, None, None)
+            return self._turn_away(verified)
         message_id = verified
         # marked before anything else happens: two copies arriving at once are not both processed;
         # ids are kept far longer than the signature window, beyond which a copy is stale anyway
@@ -116,6 +116,12 @@ class WebhookChannel(BaseChannel):
             case Unknown() as unknown:  # deleted since it was read above
                 return Refusal(404, "unknown", unknown.words).response(outcome="unknown")
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _turn_away(self, refusal: Refusal) -> JSONResponse:
+        """A message not shown to come from the integrator (unsigned, forged, stale, too large): a log
+        line, not an audit row, so that nobody without the secret can write to the audit log."""
+        self.log.info("%s: refused an unverified answer: %s", self.name, refusal.code)
+        return refusal.response()
 
     async def _refuse(
         self,
