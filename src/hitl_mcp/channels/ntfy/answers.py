@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ log = logging.getLogger("hitl_mcp.channels.ntfy")
 
 #: the key a button's JSON body carries its token under
 TOKEN_FIELD = "hitl"
+_REQUEST_ID = re.compile(r"[0-9a-f]{16}")
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,10 @@ class _Answers(BaseChannel):
             return Taken(400, "not an answer from a hitl-mcp button")
         parts = self.signer.read(token, 3)
         if parts is None:
-            await self.ignore(None, who, "forged or damaged answer token")
+            # filed under the request it names, when there is one: where an operator looks
+            claimed = token.split(".", 1)[0]
+            known = _REQUEST_ID.fullmatch(claimed) and await self.hub.get(claimed) is not None
+            await self.ignore(claimed if known else None, who, "forged or damaged answer token")
             return Taken(403, "Not recorded: this answer's token is not valid.")
         request_id, code, expires, nonce = parts
         if expires.isdigit() and int(expires) and int(expires) < now():
