@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.channels import ntfy
 from hitl_mcp.channels.base import DeliveryError
-from hitl_mcp.config import parse_config
+from hitl_mcp.config import effective_config, parse_config
 from hitl_mcp.models import Kind, Reply, Request, Status
 from hitl_mcp.retry import RetryPolicy
 from tests.conftest import PYTHON, ROOT, TOKEN, make_config, running, server_env
@@ -163,8 +163,11 @@ def test_config_defaults_and_refusals() -> None:
 
 
 def test_secrets_are_masked_in_the_effective_config() -> None:
-    config = make_config(f"  push: {{type: ntfy, topic: {TOPIC}, token: {SERVER_TOKEN}, reply_token: x}}")
-    assert SERVER_TOKEN not in repr(config.channels["push"])
+    config = make_config(
+        f"  push: {{type: ntfy, topic: {TOPIC}, token: {SERVER_TOKEN}, reply_token: {REPLY_TOKEN}}}"
+    )
+    shown = yaml.safe_dump(effective_config(config))
+    assert "push" in shown and SERVER_TOKEN not in shown and REPLY_TOKEN not in shown
 
 
 # --------------------------------------------------------------------- answers through the reply topic
@@ -227,6 +230,8 @@ async def test_forged_expired_and_reused_tokens_change_nothing(
         sent = await notified(stand)
         deny = button(sent, "Deny")
 
+        # chatter on the reply topic that is no button's body: not an answer, not audited
+        await tap({**deny, "body": "hello from curl"})
         # forged: a token for this request whose signature is not ours
         token = json.loads(button(sent, "Approve")["body"])["hitl"]
         head, _, _ = token.rpartition(".")
@@ -238,6 +243,7 @@ async def test_forged_expired_and_reused_tokens_change_nothing(
         await tap({**deny, "body": json.dumps({"hitl": f"{head}.{deny_sig}"})})
         rows = await ignored(broker, "forged or damaged answer token", count=2)
         assert [r.request_id for r in rows] == [request.id, request.id]  # filed under the request named
+        assert len([r for r in await broker.store.audit() if r.event == "reply_ignored"]) == 2
         assert (await broker.get(request.id)).status == Status.PENDING  # type: ignore[union-attr]
         assert await broker.store.replies(request.id) == []
 
