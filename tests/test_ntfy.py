@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import subprocess
 from collections.abc import AsyncIterator
@@ -28,7 +29,7 @@ from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.config import effective_config, parse_config
 from hitl_mcp.models import Kind, Reply, Request, Status
 from hitl_mcp.retry import RetryPolicy
-from tests.conftest import PYTHON, ROOT, TOKEN, make_config, running, server_env
+from tests.conftest import PYTHON, ROOT, TOKEN, Heard, make_config, running, server_env
 from tests.support.events import until
 from tests.support.harness import channel_broker, sent_row, watching
 from tests.support.ntfy_standin import NtfyStandin, tap
@@ -232,18 +233,27 @@ async def test_forged_expired_and_reused_tokens_change_nothing(
 
         # chatter on the reply topic that is no button's body: not an answer, not audited
         await tap({**deny, "body": "hello from curl"})
-        # forged: a token for this request whose signature is not ours
-        token = json.loads(button(sent, "Approve")["body"])["hitl"]
-        head, _, _ = token.rpartition(".")
-        forged = {**deny, "body": json.dumps({"hitl": f"{head}.{'A' * 22}"})}
-        await tap(forged)
-        await ignored(broker, "forged or damaged answer token")
-        # tampered: deny's signature on approve's fields
-        deny_sig = json.loads(deny["body"])["hitl"].rpartition(".")[2]
-        await tap({**deny, "body": json.dumps({"hitl": f"{head}.{deny_sig}"})})
-        rows = await ignored(broker, "forged or damaged answer token", count=2)
-        assert [r.request_id for r in rows] == [request.id, request.id]  # filed under the request named
-        assert len([r for r in await broker.store.audit() if r.event == "reply_ignored"]) == 2
+        # forged: a token for this request whose signature is not ours; refused and logged, but
+        # not audited (anyone who can write to the topic could fill the audit log)
+        heard = Heard("refused a forged or damaged answer token")
+        logging.getLogger("hitl_mcp.channels.ntfy").addHandler(heard)
+        try:
+            token = json.loads(button(sent, "Approve")["body"])["hitl"]
+            head, _, _ = token.rpartition(".")
+            forged = {**deny, "body": json.dumps({"hitl": f"{head}.{'A' * 22}"})}
+            await tap(forged)
+            with anyio.fail_after(10):
+                await heard.event.wait()
+            # tampered: deny's signature on approve's fields
+            heard.event = anyio.Event()
+            deny_sig = json.loads(deny["body"])["hitl"].rpartition(".")[2]
+            await tap({**deny, "body": json.dumps({"hitl": f"{head}.{deny_sig}"})})
+            with anyio.fail_after(10):
+                await heard.event.wait()
+        finally:
+            logging.getLogger("hitl_mcp.channels.ntfy").removeHandler(heard)
+        assert len(heard.lines) == 2
+        assert [r for r in await broker.store.audit() if r.event == "reply_ignored"] == []
         assert (await broker.get(request.id)).status == Status.PENDING  # type: ignore[union-attr]
         assert await broker.store.replies(request.id) == []
 
