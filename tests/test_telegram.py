@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -374,6 +375,18 @@ async def test_the_long_poll_waits_out_a_429(tmp_path: Path, standin: tuple[Tele
 
 
 # --------------------------------------------------------------------------- a restart in the middle
+
+
+async def test_close_ends_a_waiting_long_poll_at_once(
+    tmp_path: Path, standin: tuple[TelegramStandin, str]
+) -> None:
+    stand, url = standin
+    async with channel_broker(tmp_path, tg(tg_config(url, poll_timeout=50))) as broker:
+        await stand.until(lambda: stand.called("getUpdates"))  # held by the stand-in for up to 50s
+        started = time.monotonic()
+        with anyio.fail_after(2):
+            await broker.channels["telegram"].close()
+        assert time.monotonic() - started < 1
 
 
 async def test_a_restart_keeps_the_offset_and_answers_nothing_twice(

@@ -43,6 +43,7 @@ from hitl_mcp.channels.telegram.render import (
 )
 from hitl_mcp.models import Kind, Reply, Request
 from hitl_mcp.signing import SecretFile, b64url, derive_key
+from hitl_mcp.wording import already
 
 #: the path Telegram POSTs updates to in webhook mode, under /webhooks/<channel name>
 WEBHOOK_PATH = "/update"
@@ -258,9 +259,21 @@ class TelegramChannel(BaseChannel):
                 continue
             attempt = 0
             for update in updates:
-                await self._process(update)
-                offset = update.update_id + 1
-                await self.state.set("offset", str(offset))
+                try:
+                    await self._process(update)
+                    offset = update.update_id + 1
+                    await self.state.set("offset", str(offset))
+                except Exception:  # the store, most likely: keep polling, and take this update again
+                    attempt += 1
+                    delay = POLL_RETRY.delay(attempt)
+                    log.exception(
+                        "telegram %s: update %s not handled; again in %.0fs",
+                        self.name,
+                        update.update_id,
+                        delay,
+                    )
+                    await asyncio.sleep(delay)
+                    break
 
     # --- inbound: webhook ------------------------------------------------------------------------
 
@@ -308,12 +321,18 @@ class TelegramChannel(BaseChannel):
 
         try:
             update = Update.de_json(json.loads(body), self._api.bot if self._api else None)
-        except (ValueError, TypeError, KeyError):
+        except Exception:  # not JSON, or JSON that is no Update
             return JSONResponse({"error": "expected a Telegram Update"}, status_code=400)
         # Telegram waits for our answer before it sends the next update: answer first, work after
-        return Response(status_code=200, background=BackgroundTask(self._process, update))
+        return Response(status_code=200, background=BackgroundTask(self._process_logged, update))
 
     # --- inbound: both ---------------------------------------------------------------------------
+
+    async def _process_logged(self, update: Any) -> None:
+        try:
+            await self._process(update)
+        except Exception:  # after the response: Telegram has been told 200, so it will not resend
+            log.exception("telegram %s: could not handle update %s", self.name, update.update_id)
 
     async def _process(self, update: Any) -> None:
         if await self.state.seen(f"update:{update.update_id}"):
@@ -343,6 +362,9 @@ class TelegramChannel(BaseChannel):
         request = await self.hub.get(request_id)
         if request is None:
             await self._toast(query, Unknown(request_id).words)
+            return
+        if action == BACK and not request.is_open:
+            await self._toast(query, f"Not recorded: {already(request)}.")
             return
         if request.is_open and request.kind == Kind.APPROVAL and action in (APPROVE, BACK):
             if action == BACK or request.risk == "high":
@@ -379,7 +401,8 @@ class TelegramChannel(BaseChannel):
         is_allowed = allowed(str(user.id), self.config.answerers)
         if request is None:
             await self.ignore(None, who, "a message that is not a reply to a hitl-mcp request", chat_id=chat)
-            if is_allowed and chat == self.config.chat_id and not self.config.is_group:
+            private = chat == self.config.chat_id and not self.config.is_group
+            if is_allowed and private and not text.startswith("/"):  # not /start, or another command
                 await self._say(
                     chat, "To answer, reply to the request's message (swipe left on it).", message
                 )
