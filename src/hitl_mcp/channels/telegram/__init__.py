@@ -2,7 +2,7 @@
 
 Answers come back by long polling (getUpdates: no public URL needed), or, with ``mode: webhook`` and
 ``server.public_url``, to ``/webhooks/<name>/update``, checked by the secret-token header. Each button's
-``callback_data`` is a short token signed with a key in the state directory; a typed answer is a reply
+``callback_data`` is a short token signed with a key derived from the bot token; a typed answer is a reply
 to the message (its ``reply_to_message``). Only ``allowed_users`` may answer: by default the person of a
 private chat, and in a group nobody until it is set.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dtm
 import logging
+import os
 import warnings
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -55,6 +56,9 @@ class Api:
 def new_api(config: Config) -> Api:
     """A ``telegram.Bot`` for ``config.api_base``: one connection pool for calls, one for the long poll
     (so a waiting getUpdates never holds up a send)."""
+    # PTB 22's opt-in to the time periods of its next major version (timedeltas, not ints): without it
+    # every RetryAfter warns that this is coming. Everything here reads either form.
+    os.environ.setdefault("PTB_TIMEDELTA", "true")
     from telegram import Bot
     from telegram.request import HTTPXRequest
 

@@ -40,7 +40,7 @@ from hitl_mcp.channels.telegram.render import (
     keyboard,
 )
 from hitl_mcp.models import Kind, Reply
-from hitl_mcp.signing import SecretFile, b64url, derive_key
+from hitl_mcp.signing import b64url, derive_key
 from hitl_mcp.wording import already
 
 #: the path Telegram POSTs updates to in webhook mode, under /webhooks/<channel name>
@@ -56,7 +56,6 @@ class TelegramInbound(BaseChannel):
         super().__init__(name, config, hub)
         self._api: Api | None = None
         self._task: asyncio.Task[None] | None = None
-        self._key: bytes | None = None
 
     # --- what this channel is --------------------------------------------------------------------
 
@@ -75,15 +74,10 @@ class TelegramInbound(BaseChannel):
         return None
 
     def _secret(self, label: str) -> bytes:
-        """A key for one use, from this channel's key file in the state directory (made at first use)."""
-        if self._key is None:
-            held = SecretFile(
-                self.hub.state_dir,
-                f"telegram-{self.name}.key",
-                holds="the key that signs this channel's Telegram buttons and its webhook secret",
-            )
-            self._key = held.get().encode()
-        return derive_key(self._key, label)
+        """A key for one use, derived from the bot token: every server of this bot derives the same one
+        (a button sent by one verifies on another, and all give setWebhook the same secret), and it
+        protects nothing from whoever holds the token, who could speak as the bot anyway."""
+        return derive_key(self.config.bot_token.get_secret_value(), f"hitl-mcp {label}")
 
     @property
     def tokens(self) -> ButtonTokens:
