@@ -8,6 +8,7 @@ of a long poll, webhook mode and its secret token, the second press of a high-ri
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -559,6 +560,18 @@ async def test_config_loads_without_the_library_and_use_says_what_to_install(
     for attempt in (channel.check(), channel.start()):
         with pytest.raises(DeliveryError, match=r"pip install 'mcp-hitl\[telegram\]'"):
             await attempt
+
+
+async def test_loading_the_channel_imports_no_library() -> None:
+    """Config validation and start-up load the channel's module; python-telegram-bot waits for use."""
+    code = (
+        "import sys, hitl_mcp.channels.telegram\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('telegram', 'httpx')))"
+    )
+    result = await anyio.run_process(
+        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    )
+    assert result.stdout.decode().strip() == "[]"
 
 
 def test_the_extra_is_named_when_the_library_is_missing() -> None:
