@@ -375,6 +375,21 @@ async def test_the_long_poll_waits_out_a_429(tmp_path: Path, standin: tuple[Tele
         assert second.at - first.at >= 0.9  # retry_after: 1, not the policy's 1s-then-more backoff
 
 
+async def test_the_long_poll_comes_back_after_a_server_error_and_loses_nothing(
+    tmp_path: Path, standin: tuple[TelegramStandin, str]
+) -> None:
+    stand, url = standin
+    stand.failures["getUpdates"] = [(502, "Bad Gateway")]  # the first poll fails
+    async with channel_broker(tmp_path, tg(tg_config(url))) as broker:
+        request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Scale up"))
+        message = await delivered(stand, broker, request)
+        stand.press(message, "Approve", SAM)
+        done = await settled(broker, request.id)
+        assert done.approved is True and stand.failures["getUpdates"] == []
+        first, second = [c.at for c in stand.called("getUpdates")][:2]
+        assert second - first >= 0.9  # the retry policy's first wait, not a busy loop
+
+
 # --------------------------------------------------------------------------- a restart in the middle
 
 

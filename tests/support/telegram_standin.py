@@ -90,6 +90,8 @@ class TelegramStandin:
         self.webhook: dict[str, Any] | None = None
         #: per method, the retry_after of the 429s to answer with next
         self.rate_limits: dict[str, list[int]] = {}
+        #: per method, the (status, description) of the failures to answer with next
+        self.failures: dict[str, list[tuple[int, str]]] = {}
         self.changes = Changes()
         self.closed = False
         self._queued = Changes()
@@ -181,6 +183,9 @@ class TelegramStandin:
             if limits:
                 wait = limits.pop(0)
                 raise ApiError(429, f"Too Many Requests: retry after {wait}", {"retry_after": wait})
+            failing = self.failures.get(method)
+            if failing:
+                raise ApiError(*failing.pop(0))
             handler = getattr(self, f"_m_{method}", None)
             if handler is None:
                 raise ApiError(404, "Not Found")

@@ -229,7 +229,11 @@ class TelegramInbound(BaseChannel):
             return  # a webhook retry, or an update polled again
         try:
             if update.callback_query is not None:
-                await self._on_press(update.callback_query)
+                try:
+                    await self._on_press(update.callback_query)
+                except Exception:  # the press still gets its answer: no spinner left on the button
+                    await self._toast(update.callback_query, "Not recorded: hitl-mcp failed; try again.")
+                    raise
             elif update.message is not None:
                 await self._on_message(update.message)
         except Exception:
