@@ -473,6 +473,28 @@ async def test_webhook_mode_takes_the_right_secret_only_and_a_repeat_once(
         assert stand.called("getUpdates") == []  # no polling while the webhook is set
 
 
+async def test_the_server_mounts_the_webhook_and_answers_through_it(
+    state_dir: Path, standin: tuple[TelegramStandin, str]
+) -> None:
+    stand, url = standin
+    extra = f"""
+  telegram: {{type: telegram, bot_token: "{BOT_TOKEN}", chat_id: {SAM}, api_base: "{url}", mode: webhook}}
+server:
+  public_url: {PUBLIC}
+"""
+    async with running(state_dir, make_config(extra)) as rt, api_client(rt) as api:
+        broker = await rt.broker()
+        hook = await stand.until(lambda: stand.webhook)
+        request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Unlock", channels=["telegram"]))
+        update = stand.press(await delivered(stand, broker, request), "Approve", SAM)
+        path, secret = "/webhooks/telegram/update", hook["secret_token"]
+        wrong = await api.post(path, json=update, headers={"X-Telegram-Bot-Api-Secret-Token": "x"})
+        assert wrong.status_code == 403
+        right = await api.post(path, json=update, headers={"X-Telegram-Bot-Api-Secret-Token": secret})
+        assert right.status_code == 200
+        assert (await settled(broker, request.id)).approved is True
+
+
 async def test_polling_deletes_a_webhook_left_behind(
     tmp_path: Path, standin: tuple[TelegramStandin, str]
 ) -> None:

@@ -3,6 +3,7 @@ signed ``callback_data``. Pure functions of a request; nothing here talks to Tel
 
 from __future__ import annotations
 
+import hmac
 import html
 import json
 import re
@@ -54,8 +55,6 @@ class ButtonTokens:
 
 
 def _same(a: str, b: str) -> bool:
-    import hmac
-
     return hmac.compare_digest(a.encode(), b.encode())
 
 
