@@ -16,6 +16,9 @@ import pytest
 from hitl_mcp.config import Config, parse_config
 from hitl_mcp.runtime import Runtime
 
+# the stand-ins' fixtures (slack_standin, twilio_standin, certs, imap, folder, smtp)
+pytest_plugins = ["tests.support.fixtures"]
+
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789"
 

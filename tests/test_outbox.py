@@ -25,7 +25,7 @@ from hitl_mcp.store import sqlite as sqlite_module
 from hitl_mcp.store.base import DeliveryRow
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.conftest import Heard
-from tests.settle import close_request, resolve
+from tests.support.settle import close_request, resolve
 
 pytestmark = pytest.mark.anyio
 

@@ -27,7 +27,7 @@ from hitl_mcp.results import to_outcome
 from hitl_mcp.store import sqlite as sqlite_module
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.conftest import Heard
-from tests.settle import close_request, resolve
+from tests.support.settle import close_request, resolve
 
 pytestmark = pytest.mark.anyio
 
