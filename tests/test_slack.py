@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -19,7 +18,6 @@ from urllib.parse import urlencode
 import anyio
 import httpx2
 import pytest
-import uvicorn
 from mcp import Client
 
 from hitl_mcp.broker import AskSpec, Broker
@@ -31,6 +29,7 @@ from hitl_mcp.results import next_step
 from tests.conftest import PYTHON, ROOT, TOKEN, api_client, make_config, running
 from tests.support.events import until
 from tests.support.harness import channel_broker, sent_row
+from tests.support.serve import serving
 from tests.support.slack import (
     APP_TOKEN,
     BOT_TOKEN,
@@ -633,29 +632,19 @@ async def test_http_mode_answers_slack_before_processing(
         broker = await rt.broker()
         request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Flush caches", channels=["slack"]))
         message = await delivered(stand, broker, request)
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(16)
-        server = uvicorn.Server(
-            uvicorn.Config(rt.http_app(None, "stdio", "127.0.0.1"), log_config=None, lifespan="off")
-        )
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve, [sock])
+        async with serving(rt.http_app(None, "stdio", "127.0.0.1")) as base:
             stand.gates["chat.postEphemeral"] = gate = anyio.Event()
             body = form(stand.click(message, EVE, "approve"))
-            port = sock.getsockname()[1]
             async with httpx2.AsyncClient() as http:
                 with anyio.fail_after(5):
                     response = await http.post(
-                        f"http://127.0.0.1:{port}/webhooks/slack/interactivity",
+                        f"{base}/webhooks/slack/interactivity",
                         content=body,
                         headers=sign(body),
                     )
             assert response.status_code == 200 and stand.ephemerals == []  # answered; note still held
             gate.set()
             await until(lambda: stand.ephemerals, stand.changes)
-            tg.cancel_scope.cancel()
-        sock.close()
 
 
 # --------------------------------------------------------------------- end to end, and the shipped files
