@@ -15,6 +15,10 @@ import pytest
 
 from hitl_mcp.config import Config, parse_config
 from hitl_mcp.runtime import Runtime
+from tests.support.events import Changes, until
+
+# the stand-ins' fixtures (slack_standin, twilio_standin, certs, imap, folder, smtp)
+pytest_plugins = ["tests.support.fixtures"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789"
@@ -143,7 +147,7 @@ class ServerProcess:
     def __init__(self, process: anyio.abc.Process) -> None:
         self.process = process
         self.lines: list[str] = []
-        self._new_line = anyio.Event()
+        self.changes = Changes()  # fires at each line, and at the end of stderr
 
     async def _drain(self) -> None:
         assert self.process.stderr is not None
@@ -153,19 +157,19 @@ class ServerProcess:
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
                 self.lines.append(line.decode(errors="replace"))
-                self._new_line.set()
-                self._new_line = anyio.Event()
-        self._new_line.set()
+                self.changes.fire()
+        self.changes.fire()
 
     async def wait_for_line(self, needle: str) -> str:
-        with anyio.fail_after(20):
-            while True:
-                for line in self.lines:
-                    if needle in line:
-                        return line
-                if self.process.returncode is not None:
-                    raise AssertionError(f"server exited: {self.lines}")
-                await self._new_line.wait()
+        def heard() -> str | None:
+            for line in self.lines:
+                if needle in line:
+                    return line
+            if self.process.returncode is not None:
+                raise AssertionError(f"server exited: {self.lines}")
+            return None
+
+        return await until(heard, self.changes, seconds=20)
 
 
 @contextlib.asynccontextmanager

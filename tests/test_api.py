@@ -26,6 +26,18 @@ async def test_healthz_needs_no_auth(state_dir: Path) -> None:
         assert r.status_code == 200 and r.json()["status"] == "ok"
 
 
+async def test_healthz_answers_503_when_the_store_is_down(state_dir: Path) -> None:
+    async with running(state_dir) as rt, api_client(rt) as api:
+        assert (await api.get("/healthz")).json()["store"] == "ok"
+        store = (await rt.broker()).store
+        await store.close()  # what a lost disk or a broken database file looks like from here
+        try:
+            r = await api.get("/healthz")
+            assert (r.status_code, r.json()["status"], r.json()["store"]) == (503, "unavailable", "down")
+        finally:
+            await store.open()  # the runtime closes it again on the way out
+
+
 @pytest.mark.parametrize("header", [None, "Bearer wrong", "Basic " + TOKEN, "Bearer"])
 async def test_without_valid_token_nothing_changes(state_dir: Path, header: str | None) -> None:
     async with running(state_dir) as rt, api_client(rt) as api:

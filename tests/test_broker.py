@@ -28,6 +28,8 @@ from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.models import Kind, Reply, Request, Status, now
 from hitl_mcp.outbox import Outbox
 from hitl_mcp.store.sqlite import SqliteStore
+from tests.support.events import Changes, until
+from tests.support.harness import channel_broker, watching
 
 pytestmark = pytest.mark.anyio
 
@@ -38,44 +40,25 @@ Recorder = TestChannel
 
 @contextlib.asynccontextmanager
 async def broker_with(path: Path, *channels: Channel) -> AsyncIterator[Broker]:
-    store = SqliteStore(path)
-    await store.open()
-    names = [c.name for c in channels]
-    broker = Broker(
-        store,
-        {c.name: c for c in channels},
-        AskDefaults(
-            channels={Kind.QUESTION: names, Kind.APPROVAL: names, Kind.NOTIFICATION: names},
-            timeouts={Kind.QUESTION: 3600, Kind.APPROVAL: 3600},
-        ),
-        state_dir=path.parent,
-    )
-    try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(broker.run)
-            yield broker
-            tg.cancel_scope.cancel()
-    finally:
-        await store.close()
-
-
-async def until(predicate, channel: Recorder) -> None:  # type: ignore[no-untyped-def]
-    with anyio.fail_after(10):
-        while not predicate():
-            await channel.changed.wait()
+    """The harness's broker on ``path`` with these channels (not started: they need no start)."""
+    factories = [lambda hub, channel=channel: channel for channel in channels]
+    async with channel_broker(path.parent, *factories, start=False, db=path) as broker:
+        yield broker
 
 
 async def test_delivery_retried_then_sent_then_retracted_with_its_ref(tmp_path: Path) -> None:
     slack = Recorder("slack", failures=2)
     async with broker_with(tmp_path / "db.sqlite3", slack) as broker:
         request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Q?"))
-        await until(lambda: slack.sent == [request.id], slack)
+        with watching(broker, request.id) as changes:  # the outbox's audit events follow each call
+            await until(lambda: slack.sent == [request.id], changes)
         (row,) = await broker.store.deliveries(request.id)
         assert (row.status, row.attempts, row.ref) == ("sent", 3, "msg-1")
         events = [a.event for a in await broker.store.audit(request.id)]
         assert events.count("delivery_retry") == 2 and "delivered" in events
-        await broker.resolve(request.id, Reply(channel="slack", responder="U1", text="yes"))
-        await until(lambda: bool(slack.retracted), slack)
+        with watching(broker, request.id) as changes:
+            await broker.resolve(request.id, Reply(channel="slack", responder="U1", text="yes"))
+            await until(lambda: bool(slack.retracted), changes)
         assert slack.retracted == [(request.id, Status.ANSWERED, "msg-1")]
 
 
@@ -258,23 +241,17 @@ async def test_settling_queues_retractions_only_where_something_is_sent(tmp_path
     assert loud.retracts and not quiet.retracts
     async with broker_with(tmp_path / "db.sqlite3", loud, quiet) as broker:
         events: list[str] = []
-        changed = anyio.Event()
+        changes = Changes()
 
         def heard(request_id: str, event: str) -> None:
             events.append(event)
-            changed.set()
+            changes.fire()
 
         broker.listen(heard)
         request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Q?"))
-        with anyio.fail_after(10):
-            while events.count("delivered") < 2:
-                await changed.wait()
-                changed = anyio.Event()
+        await until(lambda: events.count("delivered") >= 2, changes)
         await broker.resolve(request.id, Reply(channel="quiet", responder="u", text="yes"))
-        with anyio.fail_after(10):
-            while "retracted" not in events:
-                await changed.wait()
-                changed = anyio.Event()
+        await until(lambda: "retracted" in events, changes)
         rows = {(d.channel, d.action) for d in await broker.store.deliveries(request.id)}
         assert rows == {("loud", "deliver"), ("quiet", "deliver"), ("loud", "retract")}
         assert loud.retracted and loud.retracted[0][0] == request.id

@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from tests.conftest import PYTHON, ROOT, free_port, server_env
-from tests.mail_servers import silent_server
+from tests.support.mail import silent_server
 
 #: a ``sitecustomize`` that makes the modules named in $HIDE_MODULES look not installed, the way
 #: Python itself spells it: ``import twilio`` fails and ``importlib.util.find_spec`` finds nothing

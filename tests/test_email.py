@@ -6,7 +6,7 @@ import contextlib
 import re
 import stat
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from pathlib import Path
@@ -24,7 +24,8 @@ from hitl_mcp.channels.email.replies import Unreadable, auto_reply_reason, read_
 from hitl_mcp.config import Config, ConfigError, load_config, parse_config
 from hitl_mcp.models import Kind, Status, now
 from tests.conftest import PYTHON, ROOT, TOKEN, api_client, free_port, running, server_env
-from tests.mail_servers import (
+from tests.support.events import Changes, until
+from tests.support.mail import (
     IMAP_PASSWORD,
     SMTP_PASSWORD,
     SMTP_USER,
@@ -32,7 +33,6 @@ from tests.mail_servers import (
     ImapServer,
     SmtpServer,
     silent_server,
-    smtp_server,
 )
 
 pytestmark = pytest.mark.anyio
@@ -43,34 +43,8 @@ BOB = "bob@example.com"
 PUBLIC_URL = "https://hitl.example.com"
 
 
-# ------------------------------------------------------------------------------------------ fixtures
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return Certs.make(tmp_path_factory.mktemp("certs"))
-
-
-@pytest.fixture(scope="module")
-def imap(certs: Certs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ImapServer]:
-    server = ImapServer(certs, free_port(), tmp_path_factory.mktemp("pymap"))
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def folder(imap: ImapServer) -> str:
-    """A folder of its own for each test, in the shared pymap."""
-    name = f"t{uuid.uuid4().hex[:10]}"
-    imap.create_folder(name)
-    return name
-
-
-@pytest.fixture
-async def smtp(certs: Certs) -> AsyncIterator[SmtpServer]:
-    async with smtp_server(certs) as server:
-        yield server
+# the fixtures certs, imap (one pymap for the module), folder (one per test) and smtp are
+# tests/support/fixtures.py's
 
 
 def email_config(smtp_port: int, certs: Certs, **kwargs: Any) -> Config:
@@ -168,17 +142,14 @@ class Events:
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, str]] = []
-        self._changed = anyio.Event()
+        self.changes = Changes()
 
     def __call__(self, request_id: str, event: str) -> None:
         self.seen.append((request_id, event))
-        self._changed.set()
-        self._changed = anyio.Event()
+        self.changes.fire()
 
     async def wait(self, request_id: str, event: str, count: int = 1) -> None:
-        with anyio.fail_after(20):
-            while self.seen.count((request_id, event)) < count:
-                await self._changed.wait()
+        await until(lambda: self.seen.count((request_id, event)) >= count, self.changes, seconds=20)
 
 
 @contextlib.asynccontextmanager

@@ -25,7 +25,8 @@ from hitl_mcp.store import sqlite as sqlite_module
 from hitl_mcp.store.base import DeliveryRow
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.conftest import Heard
-from tests.settle import close_request, resolve
+from tests.support.events import Changes, until
+from tests.support.settle import close_request, resolve
 
 pytestmark = pytest.mark.anyio
 
@@ -43,15 +44,11 @@ class Scripted(Channel):
         self.retracted: list[tuple[Request, Delivery]] = []
         self.release = anyio.Event()
         self.release.set()
-        self.changed = anyio.Event()
-
-    def _changed(self) -> None:
-        self.changed.set()
-        self.changed = anyio.Event()
+        self.changes = Changes()
 
     async def deliver(self, request: Request) -> Delivery:
         self.sent.append(request)
-        self._changed()
+        self.changes.fire()
         await self.release.wait()
         step = self.script.pop(0) if self.script else None
         if step is not None:
@@ -60,13 +57,7 @@ class Scripted(Channel):
 
     async def retract(self, request: Request, delivery: Delivery) -> None:
         self.retracted.append((request, delivery))
-        self._changed()
-
-
-async def until(predicate: Any, channel: Scripted, seconds: float = 5) -> None:
-    with anyio.fail_after(seconds):
-        while not predicate():
-            await channel.changed.wait()
+        self.changes.fire()
 
 
 @pytest.fixture
@@ -320,7 +311,7 @@ async def test_the_loop_sends_at_once_when_kicked_and_takes_more_than_one_batch(
         await anyio.wait_all_tasks_blocked()
         requests = [await asked(store, "slack") for _ in range(70)]
         outbox.kick()
-        await until(lambda: len(slack.sent) == 70, slack)
+        await until(lambda: len(slack.sent) == 70, slack.changes, seconds=5)
         assert sorted(r.id for r in slack.sent) == sorted(r.id for r in requests)
         tg.cancel_scope.cancel()
 
@@ -337,7 +328,7 @@ async def test_queued_sends_are_skipped_once_the_request_is_settled(
     outbox = Outbox(store, {"slack": slack, "sms": sms})
     async with anyio.create_task_group() as tg:
         tg.start_soon(outbox.run)
-        await until(lambda: bool(slack.retracted), slack)
+        await until(lambda: bool(slack.retracted), slack.changes, seconds=5)
         tg.cancel_scope.cancel()
     assert sms.sent == []
     assert (await row_of(store, request, "sms")).status == "skipped"
@@ -352,11 +343,11 @@ async def test_a_send_that_lands_after_settlement_is_retracted(
     request = await asked(store, "slack")
     async with anyio.create_task_group() as tg:
         tg.start_soon(outbox.run)
-        await until(lambda: bool(slack.sent), slack)  # the send is in flight...
+        await until(lambda: bool(slack.sent), slack.changes, seconds=5)  # the send is in flight...
         await close_request(store, request.id, Status.CANCELLED, "claude-code", {"comment": None})
         slack.release.set()  # ... and lands after the cancel
         outbox.kick()
-        await until(lambda: bool(slack.retracted), slack)
+        await until(lambda: bool(slack.retracted), slack.changes, seconds=5)
         tg.cancel_scope.cancel()
     ((retracted, delivery),) = slack.retracted
     assert retracted.status == Status.CANCELLED and delivery.ref == "slack-1"
@@ -379,7 +370,7 @@ async def test_the_loop_outlives_a_store_it_cannot_write_and_says_so(
             with anyio.fail_after(5):
                 await heard.event.wait()
             other.execute("ROLLBACK")
-            await until(lambda: bool(slack.sent), slack)
+            await until(lambda: bool(slack.sent), slack.changes, seconds=5)
             tg.cancel_scope.cancel()
     finally:
         other.close()
@@ -403,7 +394,7 @@ async def test_an_attempt_the_store_cannot_record_is_retried_after_the_lease(
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(outbox.run)
-            await until(lambda: bool(slack.sent), slack)
+            await until(lambda: bool(slack.sent), slack.changes, seconds=5)
             other.execute("BEGIN IMMEDIATE")  # another process holds the write lock past the busy timeout
             slack.release.set()
             with anyio.fail_after(5):
@@ -436,7 +427,7 @@ async def test_a_send_that_fails_after_the_request_was_settled_is_not_tried_agai
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(outbox.attempt, row)
-            await until(lambda: bool(sms.sent), sms)  # in flight...
+            await until(lambda: bool(sms.sent), sms.changes, seconds=5)  # in flight...
             await resolve(
                 store, request.id, Reply(channel="web", responder="owner", text="eu"), {"answer": "eu"}
             )

@@ -27,7 +27,8 @@ from hitl_mcp.results import to_outcome
 from hitl_mcp.store import sqlite as sqlite_module
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.conftest import Heard
-from tests.settle import close_request, resolve
+from tests.support.events import Changes, until
+from tests.support.settle import close_request, resolve
 
 pytestmark = pytest.mark.anyio
 
@@ -53,7 +54,7 @@ class Chat(Inbox):
         super().__init__(name)
         self.failures = list(failures)
         self.retracted: list[tuple[str, Status]] = []
-        self.changed = anyio.Event()
+        self.changes = Changes()
 
     async def deliver(self, request: Request) -> Delivery:
         if self.failures:
@@ -62,8 +63,7 @@ class Chat(Inbox):
 
     async def retract(self, request: Request, delivery: Delivery) -> None:
         self.retracted.append((request.id, request.status))
-        self.changed.set()
-        self.changed = anyio.Event()
+        self.changes.fire()
 
 
 class NotifyOnly(Inbox):
@@ -897,9 +897,7 @@ async def test_settling_sends_its_retraction_at_once(broker: Broker, monkeypatch
         await eventually(sent)
         await anyio.wait_all_tasks_blocked()
         await broker.resolve(request.id, by(channel="slack", text="eu"))
-        with anyio.fail_after(5):
-            while not slack.retracted:
-                await slack.changed.wait()
+        await until(lambda: slack.retracted, slack.changes, seconds=5)
         await broker.resolve(inbox_only.id, by(text="fine"))
     assert slack.retracted == [(request.id, Status.ANSWERED)]
     assert [(d.channel, d.action) for d in await broker.store.deliveries(request.id)] == [

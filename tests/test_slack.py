@@ -1,4 +1,4 @@
-"""The Slack channel, with the real slack_sdk clients against the local stand-in (tests/slack_standin.py).
+"""The Slack channel, with the real slack_sdk clients against the local stand-in (tests/support/slack.py).
 
 Socket Mode and HTTP mode, buttons, typed answers and thread replies, who may answer, retraction,
 rate limits and failures, through a real Broker and SQLite store; and end to end through the MCP tools.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -19,19 +18,19 @@ from urllib.parse import urlencode
 import anyio
 import httpx2
 import pytest
-import uvicorn
 from mcp import Client
 
-from hitl_mcp.broker import AskDefaults, AskSpec, Broker
+from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.channels import slack
 from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.config import ConfigError, parse_config
 from hitl_mcp.models import Kind, Request, Status
 from hitl_mcp.results import next_step
-from hitl_mcp.store.base import DeliveryRow
-from hitl_mcp.store.sqlite import SqliteStore
 from tests.conftest import PYTHON, ROOT, TOKEN, api_client, make_config, running
-from tests.slack_standin import (
+from tests.support.events import until
+from tests.support.harness import channel_broker, sent_row
+from tests.support.serve import serving
+from tests.support.slack import (
     APP_TOKEN,
     BOT_TOKEN,
     CHANNEL,
@@ -39,7 +38,6 @@ from tests.slack_standin import (
     SIGNING_SECRET,
     Message,
     SlackStandin,
-    serving,
     sign,
 )
 
@@ -47,12 +45,6 @@ pytestmark = pytest.mark.anyio
 
 SAM, ANA, EVE = "U0SAM", "U0ANA", "U0EVE"  # sam and ana may answer; eve may not
 PUBLIC = "https://hitl.example"
-
-
-@pytest.fixture
-async def standin() -> AsyncIterator[tuple[SlackStandin, str]]:
-    async with serving() as pair:
-        yield pair
 
 
 def slack_config(base_url: str, **overrides: Any) -> slack.Config:
@@ -74,51 +66,16 @@ async def slack_broker(
     tmp_path: Path, config: slack.Config, public_url: str | None = None
 ) -> AsyncIterator[tuple[Broker, slack.Channel]]:
     """A real broker and store with one started Slack channel, as the runtime wires them."""
-    store = SqliteStore(tmp_path / "db.sqlite3")
-    await store.open()
-    every = ["slack"]
-    broker = Broker(
-        store,
-        {},
-        AskDefaults(
-            channels={Kind.QUESTION: every, Kind.APPROVAL: every, Kind.NOTIFICATION: every},
-            timeouts={Kind.QUESTION: 3600, Kind.APPROVAL: 3600},
-        ),
-        state_dir=tmp_path,
-        public_url=public_url,
-    )
-    channel = slack.Channel("slack", config, broker)
-    broker.channels["slack"] = channel
-    await channel.start()
-    try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(broker.run)
-            yield broker, channel
-            tg.cancel_scope.cancel()
-    finally:
-        await channel.close()
-        await store.close()
+    async with channel_broker(
+        tmp_path, lambda hub: slack.Channel("slack", config, hub), public_url=public_url
+    ) as broker:
+        yield broker, broker.channels["slack"]  # type: ignore[misc]
 
 
 async def posted(standin: SlackStandin, count: int = 1) -> Message:
     """The ``count``-th message posted, once it is."""
-    await standin.until(lambda: len(standin.messages) >= count)
+    await until(lambda: len(standin.messages) >= count, standin.changes)
     return standin.messages[count - 1]
-
-
-async def sent_row(broker: Broker, request_id: str) -> DeliveryRow:
-    """The request's Slack delivery, once the outbox has recorded it as sent (with its ref)."""
-    with anyio.fail_after(10):
-        while True:
-            changed = anyio.Event()
-            stop = broker.listen(lambda rid, _, changed=changed: changed.set() if rid == request_id else None)
-            try:
-                rows = [r for r in await broker.store.deliveries(request_id) if r.action == "deliver"]
-                if rows and rows[0].status != "sending" and rows[0].status != "queued":
-                    return rows[0]
-                await changed.wait()
-            finally:
-                stop()
 
 
 async def delivered(standin: SlackStandin, broker: Broker, request: Request) -> Message:
@@ -130,7 +87,7 @@ async def delivered(standin: SlackStandin, broker: Broker, request: Request) -> 
 
 
 async def acked(standin: SlackStandin, envelope_id: str) -> None:
-    await standin.until(lambda: envelope_id in standin.acks)
+    await until(lambda: envelope_id in standin.acks, standin.changes)
 
 
 async def settled(broker: Broker, request_id: str) -> Request:
@@ -151,9 +108,9 @@ def events(audit: list[Any], name: str) -> list[Any]:
 
 
 async def test_approve_by_button_over_socket_mode_then_the_buttons_give_way(
-    tmp_path: Path, standin: tuple[SlackStandin, str]
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str]
 ) -> None:
-    stand, url = standin
+    stand, url = slack_standin
     async with slack_broker(tmp_path, slack_config(url)) as (broker, _):
         request, _ = await broker.ask(
             AskSpec(kind=Kind.APPROVAL, text="Deploy v2 to prod", payload={"tag": "v2"}, risk="high")
@@ -184,14 +141,14 @@ async def test_approve_by_button_over_socket_mode_then_the_buttons_give_way(
             "@sam (U0SAM)",
             "slack",
         )
-        await stand.until(lambda: message.versions)
+        await until(lambda: message.versions, stand.changes)
         assert buttons(message) == {} and message.blocks[0]["type"] == "header"
         assert "Approved by <@U0SAM> via Slack at <!date^" in message.all_text()
         assert stand.called("chat.update")[0].args["ts"] == message.ts
 
 
-async def test_deny_by_button(tmp_path: Path, standin: tuple[SlackStandin, str]) -> None:
-    stand, url = standin
+async def test_deny_by_button(tmp_path: Path, slack_standin: tuple[SlackStandin, str]) -> None:
+    stand, url = slack_standin
     async with slack_broker(tmp_path, slack_config(url)) as (broker, _):
         request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Drop the table"))
         message = await delivered(stand, broker, request)
@@ -199,12 +156,12 @@ async def test_deny_by_button(tmp_path: Path, standin: tuple[SlackStandin, str])
         await stand.push("interactive", stand.click(message, ANA, "deny"))
         done = await settled(broker, request.id)
         assert (done.approved, done.responder) == (False, "@ana (U0ANA)")
-        await stand.until(lambda: message.versions)
+        await until(lambda: message.versions, stand.changes)
         assert "Denied by <@U0ANA> via Slack" in message.all_text()
 
 
-async def test_choice_by_button(tmp_path: Path, standin: tuple[SlackStandin, str]) -> None:
-    stand, url = standin
+async def test_choice_by_button(tmp_path: Path, slack_standin: tuple[SlackStandin, str]) -> None:
+    stand, url = slack_standin
     async with slack_broker(tmp_path, slack_config(url)) as (broker, _):
         request, _ = await broker.ask(
             AskSpec(kind=Kind.QUESTION, text="Which region?", choices=["eu-west-1", "us-east-1"])
@@ -215,12 +172,14 @@ async def test_choice_by_button(tmp_path: Path, standin: tuple[SlackStandin, str
         await stand.push("interactive", stand.click(message, SAM, "choice:1"))
         done = await settled(broker, request.id)
         assert (done.choice, done.answer) == ("us-east-1", "us-east-1")
-        await stand.until(lambda: message.versions)
+        await until(lambda: message.versions, stand.changes)
         assert "Answered via Slack by <@U0SAM>" in message.all_text() and "“us-east-1”" in message.all_text()
 
 
-async def test_free_text_typed_into_the_message(tmp_path: Path, standin: tuple[SlackStandin, str]) -> None:
-    stand, url = standin
+async def test_free_text_typed_into_the_message(
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str]
+) -> None:
+    stand, url = slack_standin
     async with slack_broker(tmp_path, slack_config(url)) as (broker, _):
         request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Name the release?"))
         message = await delivered(stand, broker, request)
@@ -228,12 +187,14 @@ async def test_free_text_typed_into_the_message(tmp_path: Path, standin: tuple[S
         await stand.push("interactive", stand.type_text(message, SAM, "Lighthouse"))
         done = await settled(broker, request.id)
         assert (done.answer, done.choice, done.responder) == ("Lighthouse", None, "@sam (U0SAM)")
-        await stand.until(lambda: message.versions)
+        await until(lambda: message.versions, stand.changes)
         assert not [b for b in message.blocks if b["type"] == "input"]
 
 
-async def test_thread_reply_answers_a_question(tmp_path: Path, standin: tuple[SlackStandin, str]) -> None:
-    stand, url = standin
+async def test_thread_reply_answers_a_question(
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str]
+) -> None:
+    stand, url = slack_standin
     async with slack_broker(tmp_path, slack_config(url)) as (broker, _):
         request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Any caveats?"))
         message = await delivered(stand, broker, request)
@@ -241,17 +202,19 @@ async def test_thread_reply_answers_a_question(tmp_path: Path, standin: tuple[Sl
         await acked(stand, envelope)
         done = await settled(broker, request.id)
         assert (done.answer, done.responder, done.channel) == ("only if a < b", ANA, "slack")
-        await stand.until(lambda: message.versions)
+        await until(lambda: message.versions, stand.changes)
         assert "Answered via Slack by <@U0ANA>" in message.all_text()
 
 
-async def test_a_thread_yes_is_not_an_approval(tmp_path: Path, standin: tuple[SlackStandin, str]) -> None:
-    stand, url = standin
+async def test_a_thread_yes_is_not_an_approval(
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str]
+) -> None:
+    stand, url = slack_standin
     async with slack_broker(tmp_path, slack_config(url)) as (broker, _):
         request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Rotate the keys"))
         message = await delivered(stand, broker, request)
         await stand.push("events_api", stand.thread_reply(message, SAM, "yes"))
-        await stand.until(lambda: stand.ephemerals)
+        await until(lambda: stand.ephemerals, stand.changes)
         (note,) = stand.ephemerals
         assert note["user"] == SAM and note["thread_ts"] == message.ts
         assert "press Approve or Deny" in note["text"]
@@ -264,9 +227,9 @@ async def test_a_thread_yes_is_not_an_approval(tmp_path: Path, standin: tuple[Sl
 
 
 async def test_someone_not_allowed_is_told_and_the_request_stays_pending(
-    tmp_path: Path, standin: tuple[SlackStandin, str]
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str]
 ) -> None:
-    stand, url = standin
+    stand, url = slack_standin
     async with slack_broker(tmp_path, slack_config(url)) as (broker, _):
         approval, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Pay the invoice"))
         question, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Which vendor?"))
@@ -276,7 +239,7 @@ async def test_someone_not_allowed_is_told_and_the_request_stays_pending(
         )
         await stand.push("interactive", stand.click(to_approve, EVE, "approve"))
         await stand.push("events_api", stand.thread_reply(to_answer, EVE, "ACME"))
-        await stand.until(lambda: len(stand.ephemerals) == 2)
+        await until(lambda: len(stand.ephemerals) == 2, stand.changes)
         assert {e["user"] for e in stand.ephemerals} == {EVE}
         assert all(e["text"] == "You are not allowed to answer this request." for e in stand.ephemerals)
         for request in (approval, question):
@@ -291,9 +254,9 @@ async def test_someone_not_allowed_is_told_and_the_request_stays_pending(
 
 
 async def test_a_late_or_invalid_click_gets_an_ephemeral_reason(
-    tmp_path: Path, standin: tuple[SlackStandin, str]
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str]
 ) -> None:
-    stand, url = standin
+    stand, url = slack_standin
     async with slack_broker(tmp_path, slack_config(url)) as (broker, _):
         request, _ = await broker.ask(
             AskSpec(kind=Kind.QUESTION, text="Pick", choices=["a", "b"], allow_free_text=False)
@@ -301,39 +264,41 @@ async def test_a_late_or_invalid_click_gets_an_ephemeral_reason(
         message = await delivered(stand, broker, request)
         too_late = stand.click(message, ANA, "choice:0")  # pressed while the buttons were still there
         await stand.push("events_api", stand.thread_reply(message, SAM, "c"))  # not a choice
-        await stand.until(lambda: stand.ephemerals)
+        await until(lambda: stand.ephemerals, stand.changes)
         assert stand.ephemerals[0]["text"] == "Not recorded: pick one of the choices: 'a', 'b'."
         await stand.push("events_api", stand.thread_reply(message, SAM, "B"))  # a choice, any case
         assert (await settled(broker, request.id)).choice == "b"
         await stand.push("interactive", too_late)
-        await stand.until(lambda: len(stand.ephemerals) == 2)
+        await until(lambda: len(stand.ephemerals) == 2, stand.changes)
         assert stand.ephemerals[1]["text"] == "Not recorded: already answered by U0SAM via slack."
 
 
 async def test_socket_mode_acks_before_it_processes(
-    tmp_path: Path, standin: tuple[SlackStandin, str]
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str]
 ) -> None:
-    stand, url = standin
+    stand, url = slack_standin
     async with slack_broker(tmp_path, slack_config(url)) as (broker, _):
         request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Restart the cluster"))
         message = await delivered(stand, broker, request)
         stand.gates["chat.postEphemeral"] = gate = anyio.Event()
         envelope = await stand.push("interactive", stand.click(message, EVE, "approve"))
         await acked(stand, envelope)  # acked while processing is still held up at the ephemeral note
-        await stand.until(lambda: stand.called("chat.postEphemeral"))
+        await until(lambda: stand.called("chat.postEphemeral"), stand.changes)
         assert stand.ephemerals == []
         gate.set()
-        await stand.until(lambda: stand.ephemerals)
+        await until(lambda: stand.ephemerals, stand.changes)
 
 
-async def test_socket_mode_reconnects_after_a_drop(tmp_path: Path, standin: tuple[SlackStandin, str]) -> None:
-    stand, url = standin
+async def test_socket_mode_reconnects_after_a_drop(
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str]
+) -> None:
+    stand, url = slack_standin
     async with slack_broker(tmp_path, slack_config(url)) as (broker, _):
         request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Scale down"))
         message = await delivered(stand, broker, request)
-        await stand.until(lambda: stand.connections == 1)
+        await until(lambda: stand.connections == 1, stand.changes)
         await stand.drop()
-        await stand.until(lambda: stand.connections == 2)
+        await until(lambda: stand.connections == 2, stand.changes)
         assert len(stand.called("apps.connections.open")) == 2  # a fresh URL for the new connection
         assert {c.token for c in stand.called("apps.connections.open")} == {APP_TOKEN}
         envelope = await stand.push("interactive", stand.click(message, SAM, "approve"))
@@ -342,9 +307,9 @@ async def test_socket_mode_reconnects_after_a_drop(tmp_path: Path, standin: tupl
 
 
 async def test_direct_messages_to_users_who_then_may_answer(
-    tmp_path: Path, standin: tuple[SlackStandin, str]
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str]
 ) -> None:
-    stand, url = standin
+    stand, url = slack_standin
     config = slack_config(url, channel=None, users=[SAM, ANA], allowed_users=None)
     async with slack_broker(tmp_path, config) as (broker, _):
         request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Lunch?"))
@@ -356,20 +321,20 @@ async def test_direct_messages_to_users_who_then_may_answer(
         assert row.ref == f"D0SAM:{first.ts}"
         assert row.detail == {"messages": [["D0SAM", first.ts], ["D0ANA", second.ts]]}
         await stand.push("events_api", stand.thread_reply(second, EVE, "me too"))  # eve got no DM
-        await stand.until(lambda: stand.ephemerals)
+        await until(lambda: stand.ephemerals, stand.changes)
         await stand.push("events_api", stand.thread_reply(second, ANA, "sushi"))  # in the second DM
         done = await settled(broker, request.id)
         assert (done.answer, done.responder) == ("sushi", ANA)
-        await stand.until(lambda: first.versions and second.versions)  # both DMs lose their input
+        await until(lambda: first.versions and second.versions, stand.changes)  # both DMs lose their input
 
 
 # --------------------------------------------------------------------- what the message says
 
 
 async def test_long_text_is_cut_with_a_link_and_cannot_ping_the_channel(
-    tmp_path: Path, standin: tuple[SlackStandin, str]
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str]
 ) -> None:
-    stand, url = standin
+    stand, url = slack_standin
     config = slack_config(url, mention="S0ONCALL")
     async with slack_broker(tmp_path, config, public_url=PUBLIC) as (broker, _):
         text = "<!channel> & <https://evil.example|click> " + "x" * 3950
@@ -390,9 +355,9 @@ async def test_long_text_is_cut_with_a_link_and_cannot_ping_the_channel(
 
 
 async def test_a_payload_cannot_break_out_of_its_code_block(
-    tmp_path: Path, standin: tuple[SlackStandin, str]
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str]
 ) -> None:
-    stand, url = standin
+    stand, url = slack_standin
     async with slack_broker(tmp_path, slack_config(url)) as (broker, _):
         payload = {"cmd": "ls ```\n*Approved by the admin* ``` `rm -rf /`"}
         request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Run it", payload=payload))
@@ -413,9 +378,9 @@ async def test_a_payload_cannot_break_out_of_its_code_block(
     [("info", ":information_source: Build done"), ("error", ":rotating_light: Build done")],
 )
 async def test_notify_user_looks_like_its_level(
-    tmp_path: Path, standin: tuple[SlackStandin, str], level: str, header: str
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str], level: str, header: str
 ) -> None:
-    stand, url = standin
+    stand, url = slack_standin
     async with slack_broker(tmp_path, slack_config(url)) as (broker, _):
         result = await broker.notify(
             AskSpec(kind=Kind.NOTIFICATION, text="All green", title="Build done", level=level)
@@ -427,19 +392,19 @@ async def test_notify_user_looks_like_its_level(
 
 
 async def test_cancel_and_expiry_replace_the_buttons(
-    tmp_path: Path, standin: tuple[SlackStandin, str]
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str]
 ) -> None:
-    stand, url = standin
+    stand, url = slack_standin
     async with slack_broker(tmp_path, slack_config(url)) as (broker, _):
         withdrawn, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Still needed?"))
         first = await delivered(stand, broker, withdrawn)
         await broker.cancel(withdrawn.id, "solved it myself", "agent")
-        await stand.until(lambda: first.versions)
+        await until(lambda: first.versions, stand.changes)
         assert ":wastebasket: Withdrawn by the agent\n> solved it myself" in first.all_text()
         lapsed, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Ship it"))
         second = await delivered(stand, broker, lapsed)
         await broker.expire(lapsed.id)
-        await stand.until(lambda: second.versions)
+        await until(lambda: second.versions, stand.changes)
         assert "Expired — no answer, treated as denied" in second.all_text() and buttons(second) == {}
 
 
@@ -447,9 +412,9 @@ async def test_cancel_and_expiry_replace_the_buttons(
 
 
 async def test_a_short_429_is_slept_out_inside_the_call(
-    tmp_path: Path, standin: tuple[SlackStandin, str]
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str]
 ) -> None:
-    stand, url = standin
+    stand, url = slack_standin
     stand.rate_limits["chat.postMessage"] = [1]
     async with slack_broker(tmp_path, slack_config(url)) as (broker, _):
         result = await broker.notify(AskSpec(kind=Kind.NOTIFICATION, text="hello"))
@@ -460,9 +425,9 @@ async def test_a_short_429_is_slept_out_inside_the_call(
 
 
 async def test_a_long_429_goes_back_to_the_outbox_with_its_retry_after(
-    tmp_path: Path, standin: tuple[SlackStandin, str]
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str]
 ) -> None:
-    stand, url = standin
+    stand, url = slack_standin
     stand.rate_limits["chat.postMessage"] = [30]
     async with slack_broker(tmp_path, slack_config(url)) as (broker, channel):
         retried = anyio.Event()
@@ -497,9 +462,9 @@ async def test_a_long_429_goes_back_to_the_outbox_with_its_retry_after(
     ],
 )
 async def test_a_permanent_failure_is_recorded_and_nobody_waits_in_silence(
-    tmp_path: Path, standin: tuple[SlackStandin, str], overrides: dict[str, str], error: str
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str], overrides: dict[str, str], error: str
 ) -> None:
-    _, url = standin
+    _, url = slack_standin
     async with slack_broker(tmp_path, slack_config(url, **overrides)) as (broker, _):
         request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Deploy"))
         with anyio.fail_after(10):
@@ -517,9 +482,9 @@ async def test_a_permanent_failure_is_recorded_and_nobody_waits_in_silence(
 
 
 async def test_a_channel_without_allowed_users_only_notifies(
-    tmp_path: Path, standin: tuple[SlackStandin, str]
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str]
 ) -> None:
-    stand, url = standin
+    stand, url = slack_standin
     config = slack_config(url, allowed_users=None)
     channel = slack.Channel("slack", config, None)  # type: ignore[arg-type]
     assert (await channel.check()).endswith(
@@ -535,8 +500,8 @@ async def test_a_channel_without_allowed_users_only_notifies(
         assert len(stand.messages) == 1
 
 
-async def test_check_calls_auth_test_and_opens_socket_mode(standin: tuple[SlackStandin, str]) -> None:
-    stand, url = standin
+async def test_check_calls_auth_test_and_opens_socket_mode(slack_standin: tuple[SlackStandin, str]) -> None:
+    stand, url = slack_standin
     channel = slack.Channel("slack", slack_config(url), None)  # type: ignore[arg-type]
     assert await channel.check() == "ok: bot @hitl in team Stand-in (T0STANDIN); answers over Socket Mode"
     assert [c.method for c in stand.calls] == ["auth.test", "apps.connections.open"]
@@ -590,9 +555,9 @@ def form(payload: dict[str, Any]) -> bytes:
 
 
 async def test_http_mode_takes_signed_requests_and_refuses_the_rest(
-    state_dir: Path, standin: tuple[SlackStandin, str]
+    state_dir: Path, slack_standin: tuple[SlackStandin, str]
 ) -> None:
-    stand, url = standin
+    stand, url = slack_standin
     config = make_config(http_config(url))
     async with running(state_dir, config) as rt, api_client(rt) as api:
         broker = await rt.broker()
@@ -623,9 +588,9 @@ async def test_http_mode_takes_signed_requests_and_refuses_the_rest(
 
 
 async def test_http_events_challenge_thread_reply_and_retries_deduplicated(
-    state_dir: Path, standin: tuple[SlackStandin, str]
+    state_dir: Path, slack_standin: tuple[SlackStandin, str]
 ) -> None:
-    stand, url = standin
+    stand, url = slack_standin
     config = make_config(http_config(url))
     async with running(state_dir, config) as rt, api_client(rt) as api:
         broker = await rt.broker()
@@ -659,44 +624,36 @@ async def test_http_events_challenge_thread_reply_and_retries_deduplicated(
 
 
 async def test_http_mode_answers_slack_before_processing(
-    state_dir: Path, standin: tuple[SlackStandin, str]
+    state_dir: Path, slack_standin: tuple[SlackStandin, str]
 ) -> None:
-    stand, url = standin
+    stand, url = slack_standin
     config = make_config(http_config(url))
     async with running(state_dir, config) as rt:
         broker = await rt.broker()
         request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Flush caches", channels=["slack"]))
         message = await delivered(stand, broker, request)
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(16)
-        server = uvicorn.Server(
-            uvicorn.Config(rt.http_app(None, "stdio", "127.0.0.1"), log_config=None, lifespan="off")
-        )
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve, [sock])
+        async with serving(rt.http_app(None, "stdio", "127.0.0.1")) as base:
             stand.gates["chat.postEphemeral"] = gate = anyio.Event()
             body = form(stand.click(message, EVE, "approve"))
-            port = sock.getsockname()[1]
             async with httpx2.AsyncClient() as http:
                 with anyio.fail_after(5):
                     response = await http.post(
-                        f"http://127.0.0.1:{port}/webhooks/slack/interactivity",
+                        f"{base}/webhooks/slack/interactivity",
                         content=body,
                         headers=sign(body),
                     )
             assert response.status_code == 200 and stand.ephemerals == []  # answered; note still held
             gate.set()
-            await stand.until(lambda: stand.ephemerals)
-            tg.cancel_scope.cancel()
-        sock.close()
+            await until(lambda: stand.ephemerals, stand.changes)
 
 
 # --------------------------------------------------------------------- end to end, and the shipped files
 
 
-async def test_end_to_end_through_the_mcp_tools(state_dir: Path, standin: tuple[SlackStandin, str]) -> None:
-    stand, url = standin
+async def test_end_to_end_through_the_mcp_tools(
+    state_dir: Path, slack_standin: tuple[SlackStandin, str]
+) -> None:
+    stand, url = slack_standin
     extra = f"""
   slack: {{type: slack, bot_token: {BOT_TOKEN}, app_token: {APP_TOKEN}, channel: {CHANNEL},
            allowed_users: [{SAM}], api_base_url: "{url}"}}
@@ -737,7 +694,7 @@ async def test_end_to_end_through_the_mcp_tools(state_dir: Path, standin: tuple[
             second = await posted(stand, 2)
             reply = await api.post(f"/api/requests/{asked['request_id']}/reply", json={"text": "blue"})
             assert reply.status_code == 200, reply.text
-            await stand.until(lambda: second.versions)
+            await until(lambda: second.versions, stand.changes)
             assert (
                 "Answered via web by web inbox user at" in second.all_text() and "“blue”" in second.all_text()
             )
@@ -761,9 +718,9 @@ def cli_env(url: str) -> dict[str, str]:
 
 
 async def test_the_shipped_config_passes_check_and_test_channel(
-    tmp_path: Path, standin: tuple[SlackStandin, str]
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str]
 ) -> None:
-    stand, url = standin
+    stand, url = slack_standin
     env = cli_env(url) | {"HITL_STATE_DIR": str(tmp_path)}
     config = str(ROOT / "configs" / "slack.yaml")
     check = await anyio.run_process(

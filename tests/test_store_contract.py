@@ -24,7 +24,7 @@ from hitl_mcp.audit import GENESIS, row_hash
 from hitl_mcp.models import Kind, Reply, Request, Status, now, payload_sha256
 from hitl_mcp.store.base import KeyConflict, Store
 from hitl_mcp.store.sqlite import SqliteStore
-from tests.settle import close_request, resolve, verify_audit
+from tests.support.settle import close_request, resolve, verify_audit
 
 pytestmark = pytest.mark.anyio
 

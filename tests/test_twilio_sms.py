@@ -23,7 +23,7 @@ import pytest
 from mcp import Client
 from twilio.request_validator import RequestValidator
 
-from hitl_mcp.broker import AskDefaults, AskSpec, Broker
+from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.channels import web
 from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.channels.twilio_sms import (
@@ -36,15 +36,14 @@ from hitl_mcp.channels.twilio_sms import (
 )
 from hitl_mcp.config import ConfigError, effective_config, load_config, parse_config
 from hitl_mcp.models import Kind, Reply, Request, Status, now
-from hitl_mcp.store.sqlite import SqliteStore
 from tests.conftest import ROOT, make_config, running
-from tests.twilio_standin import Failure, TwilioStandIn, serving
+from tests.support.events import until
+from tests.support.harness import channel_broker, watching
+from tests.support.twilio import ACCOUNT_SID, AUTH_TOKEN, NUMBER, Failure, TwilioStandIn, serving
 
 pytestmark = pytest.mark.anyio
 
-SID = "AC" + "0123456789abcdef" * 2
-TOKEN = "twilio-auth-token-s3cret"
-OURS = "+15550001111"
+SID, TOKEN, OURS = ACCOUNT_SID, AUTH_TOKEN, NUMBER
 ALICE = "+15550002222"
 BOB = "+15550003333"
 EVE = "+15550009999"
@@ -93,23 +92,13 @@ class World:
 
     async def event(self, request_id: str, event: str, channel: str = "sms") -> None:
         """Until the audit log has ``event`` for this channel, woken by the broker's change feed."""
-        changed = [anyio.Event()]
 
-        def on(rid: str, _: str) -> None:
-            if rid == request_id:
-                changed[0].set()
+        async def logged() -> bool:
+            audit = await self.broker.store.audit(request_id)
+            return any(a.event == event and a.data.get("channel") == channel for a in audit)
 
-        stop = self.broker.listen(on)
-        try:
-            with anyio.fail_after(10):
-                while not any(
-                    a.event == event and a.data.get("channel") == channel
-                    for a in await self.broker.store.audit(request_id)
-                ):
-                    await changed[0].wait()
-                    changed[0] = anyio.Event()
-        finally:
-            stop()
+        with watching(self.broker, request_id) as changes:
+            await until(logged, changes)
 
     async def get(self, request_id: str) -> Request:
         request = await self.broker.get(request_id)
@@ -121,31 +110,16 @@ class World:
 async def world(
     db: Path, standin: TwilioStandIn, *, public_url: str | None = None, start: bool = False, **extra: Any
 ) -> AsyncIterator[World]:
-    store = SqliteStore(db)
-    await store.open()
-    broker = Broker(
-        store,
-        {},
-        AskDefaults(
-            channels={k: ["sms"] for k in Kind},
-            timeouts={Kind.QUESTION: 3600, Kind.APPROVAL: 3600},
-        ),
-        state_dir=db.parent,
+    """The SMS channel (started when ``start``) and the web inbox (asked only by name) on ``db``."""
+    async with channel_broker(
+        db.parent,
+        lambda hub: Channel("sms", sms_config(standin.url, **extra), hub),
+        also=[lambda hub: web.Channel("web", web.Config(), hub)],
         public_url=public_url,
-    )
-    sms = Channel("sms", sms_config(standin.url, **extra), broker)
-    broker.channels["sms"] = sms
-    broker.channels["web"] = web.Channel("web", web.Config(), broker)
-    try:
-        if start:
-            await sms.start()
-        async with anyio.create_task_group() as tg:
-            await tg.start(broker.run)
-            yield World(standin, broker, sms)
-            tg.cancel_scope.cancel()
-    finally:
-        await sms.close()
-        await store.close()
+        start=start,
+        db=db,
+    ) as broker:
+        yield World(standin, broker, broker.channels["sms"])  # type: ignore[arg-type]
 
 
 @contextlib.asynccontextmanager
@@ -385,7 +359,7 @@ async def test_webhook_signatures_through_the_mcp_tools(state_dir: Path) -> None
                     {"action": "Deploy v2 to prod", "channels": ["phone"], "wait_seconds": 0},
                 )
                 rid = asked.structured_content["request_id"]
-                await standin.wait_for(lambda: len(standin.texts_to(ALICE)) == 1)
+                await until(lambda: len(standin.texts_to(ALICE)) == 1, standin.changes)
                 text = standin.texts_to(ALICE)[0]
                 assert text.endswith(f"Details: {PUBLIC}/requests/{rid}")
                 c = code_in(text)
@@ -423,7 +397,7 @@ async def test_webhook_signatures_through_the_mcp_tools(state_dir: Path) -> None
                 out = done.structured_content
                 assert (out["status"], out["approved"], out["comment"]) == ("answered", True, "lgtm")
                 assert (out["responder"], out["channel"]) == (ALICE, "phone")
-                await standin.wait_for(lambda: f"Got it: approved, {c}" in standin.texts_to(ALICE))
+                await until(lambda: f"Got it: approved, {c}" in standin.texts_to(ALICE), standin.changes)
                 broker = await rt.broker()
                 assert len(await broker.store.replies(rid)) == 1  # the retried webhook counted once
 
@@ -467,7 +441,7 @@ async def test_polling_across_a_restart_keeps_the_mark_and_handles_each_reply_on
             approval = await w.ask(Kind.APPROVAL, "Deploy v2 to prod")
             cq, ca = await w.code(question.id), await w.code(approval.id)
             first = standin.inbound(ALICE, f"{cq} blue", at=ahead)
-            await standin.wait_for(lambda: f"Got it: blue, {cq}" in standin.texts_to(ALICE))
+            await until(lambda: f"Got it: blue, {cq}" in standin.texts_to(ALICE), standin.changes)
             mark = await w.broker.state_get("sms", "poll_mark")
         assert mark == ahead.isoformat()
 
@@ -475,7 +449,7 @@ async def test_polling_across_a_restart_keeps_the_mark_and_handles_each_reply_on
         standin.page_cap = 1  # one message a page: the poll follows next_page_uri
         before = len(standin.calls)
         async with world(db, standin, start=True, poll_interval=0.1) as w:
-            await standin.wait_for(lambda: f"Got it: approved, {ca}" in standin.texts_to(ALICE))
+            await until(lambda: f"Got it: approved, {ca}" in standin.texts_to(ALICE), standin.changes)
             assert (await w.get(approval.id)).approved is True
             assert await w.broker.state_get("sms", "poll_mark") == (ahead + timedelta(seconds=5)).isoformat()
             replies = await w.broker.store.replies(question.id)
@@ -505,7 +479,7 @@ async def test_polling_handles_the_replies_of_an_mcp_tool_call(state_dir: Path) 
                 },
             )
             rid = asked.structured_content["request_id"]
-            await standin.wait_for(lambda: len(standin.texts_to(ALICE)) == 1)
+            await until(lambda: len(standin.texts_to(ALICE)) == 1, standin.changes)
             c = code_in(standin.texts_to(ALICE)[0])
             standin.inbound(ALICE, f"1 {c} after lunch")
             done = await client.call_tool("wait_for_response", {"request_id": rid, "wait_seconds": 10})
@@ -577,7 +551,7 @@ async def test_a_timeout_or_a_cut_short_send_is_not_repeated(tmp_path: Path) -> 
         w.standin.fail_next(Failure(hang=True))
         async with anyio.create_task_group() as tg:
             tg.start_soon(w.sms.deliver, cut)
-            await w.standin.wait_for(lambda: w.standin.hanging == 2)
+            await until(lambda: w.standin.hanging == 2, w.standin.changes)
             tg.cancel_scope.cancel()  # the process stops mid-send (the outbox's own timeout, a crash)
         with pytest.raises(DeliveryError, match="earlier send was cut short") as again:
             await w.sms.deliver(cut)

@@ -83,6 +83,10 @@ class BrokerViews:
     async def count_requests(self, status: Status | None = None, before: str | None = None) -> int:
         return await self.history.count(status, before)
 
+    async def store_answers(self) -> None:
+        """A cheap read that raises when the store cannot answer (``/healthz``)."""
+        await self.store.last_seq()
+
     async def deliveries(self, request_id: str) -> list[DeliveryRow]:
         return await self.history.deliveries(request_id)
 

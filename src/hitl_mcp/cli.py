@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import secrets
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
@@ -220,7 +221,9 @@ def cmd_init(args: argparse.Namespace) -> int:
         return 1
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(starter_config_text())
+        # the commented ntfy block's topic is a password: each init writes its own, never a shared one
+        topic = "hitl-" + secrets.token_urlsafe(18)
+        path.write_text(starter_config_text().replace("{ntfy_topic}", topic))
     except OSError as exc:
         blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
         why = f"{blocker} is a file, not a folder" if blocker else exc.strerror or exc

@@ -4,7 +4,7 @@ suite drives. ``async with channel_broker(tmp_path, lambda hub: MyChannel("x", c
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
 import anyio
@@ -27,9 +27,12 @@ async def channel_broker(
     start: bool = True,
     lifetime: float = 3600,
     db: Path | None = None,
+    also: Sequence[ChannelFactory] = (),
 ) -> AsyncIterator[Broker]:
     """The broker (running: outbox, expiries, change feed) with each factory's channel, started when
-    ``start``; every kind goes to every channel by default. ``db`` reuses a store across a restart."""
+    ``start``; every kind goes to every channel by default. ``db`` reuses a store across a restart.
+    ``also``'s channels (the web inbox, say) are wired in too, but never started and asked only by
+    name: they are in no default."""
     store = SqliteStore(db or tmp_path / "hitl.sqlite3")
     await store.open()
     broker = Broker(
@@ -42,7 +45,7 @@ async def channel_broker(
         public_url=public_url,
     )
     channels = [factory(broker) for factory in factories]
-    for channel in channels:
+    for channel in [*channels, *(factory(broker) for factory in also)]:
         broker.channels[channel.name] = channel
     every = [c.name for c in channels]
     broker.defaults = AskDefaults(channels={k: every for k in Kind}, timeouts=broker.defaults.timeouts)

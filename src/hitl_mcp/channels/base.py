@@ -14,7 +14,7 @@ the person. A reply that is not let through is recorded once by :meth:`Channel.i
 import each other and never touch the store: they keep what they must remember in ``self.state``.
 
 The rest of the kit: :func:`allowed` (allow-lists that fail closed), ``channels._replies`` (the yes/no
-words of text channels), ``channels._retry`` (``RetryPolicy``, ``retry_after``), ``hitl_mcp.wording``
+words of text channels), ``hitl_mcp.retry`` (``RetryPolicy``, ``retry_after``), ``hitl_mcp.wording``
 and ``hitl_mcp.durations``; ``channels.testing`` has a channel for tests. See docs/channels.md.
 """
 

@@ -12,8 +12,10 @@ request, 400 a body that is not JSON (or nested too deep to read). Errors are
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
+import anyio
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -24,6 +26,8 @@ from hitl_mcp.web import MAX_BODY, REPLY_FIELDS, WEB_RESPONDER
 from hitl_mcp.web.deps import requires, web
 from hitl_mcp.web.errors import Problem
 from hitl_mcp.web.replies import ReplyInvalid, answered, request_detail, request_json, resolve, too_late
+
+log = logging.getLogger("hitl_mcp.web")
 
 __all__ = [
     "MAX_BODY",
@@ -115,8 +119,23 @@ def _reply_body(body: bytes) -> dict[str, Any]:
     return data
 
 
-async def healthz(_: HttpRequest) -> Response:
-    return JSONResponse({"status": "ok", "version": __version__})
+#: how long the store may take to answer a health check before the server is reported down
+HEALTH_SECONDS = 2.0
+
+
+async def healthz(http: HttpRequest) -> Response:
+    """No auth. 503 when the store cannot answer a read within ``HEALTH_SECONDS``, so that a
+    balancer or a container runtime stops sending work to a server that cannot record it."""
+    try:
+        with anyio.fail_after(HEALTH_SECONDS):
+            broker = await web(http).broker()
+            await broker.store_answers()
+    except Exception as exc:  # any failure means the same thing to a balancer: not here
+        log.warning("health check: the store did not answer: %s", type(exc).__name__)
+        return JSONResponse(
+            {"status": "unavailable", "store": "down", "version": __version__}, status_code=503
+        )
+    return JSONResponse({"status": "ok", "store": "ok", "version": __version__})
 
 
 routes: list[BaseRoute] = [

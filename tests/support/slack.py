@@ -1,10 +1,11 @@
 """A local Slack: the Web API methods hitl-mcp calls, and a Socket Mode WebSocket, in Slack's wire format.
 
 The real ``slack_sdk`` clients talk to it through ``api_base_url``. It keeps what it was sent
-(messages, updates, ephemeral notes, acks) and signals every change, so tests await conditions
-instead of sleeping. It also plays the person: ``click``/``type_text``/``thread_reply`` build the
-payloads Slack would send (block_actions, message events with ``thread_ts``) from the blocks that
-were really posted, so a test can only press a button that exists.
+(messages, updates, ephemeral notes, acks) and fires ``changes`` at every change, so tests await
+conditions instead of sleeping: ``await until(lambda: stand.messages, stand.changes)``. It also plays
+the person: ``click``/``type_text``/``thread_reply`` build the payloads Slack would send (block_actions,
+message events with ``thread_ts``) from the blocks that were really posted, so a test can only press a
+button that exists.
 """
 
 from __future__ import annotations
@@ -14,20 +15,21 @@ import hashlib
 import hmac
 import itertools
 import json
-import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import parse_qs
 
 import anyio
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from tests.support.events import Changes, until
+from tests.support.serve import serving as serve
 
 BOT_TOKEN = "xoxb-standin-0000-bot-token-secret"
 APP_TOKEN = "xapp-1-standin-0000-app-token-secret"
@@ -37,8 +39,6 @@ BOT_USER = "U0HITLBOT"
 CHANNEL = "C0OPS"
 NOT_MEMBER = "C0ELSEWHERE"  # exists, but the bot was never invited
 USERS = {"U0SAM": "sam", "U0ANA": "ana", "U0EVE": "eve"}
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -90,20 +90,9 @@ class SlackStandin:
         self._socket: WebSocket | None = None
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
-        self._changed = anyio.Event()
+        self.changes = Changes()  # fires at every call, answer, ack and (dis)connection
 
-    # --- waiting ------------------------------------------------------------------------------
-
-    def _change(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
-
-    async def until(self, predicate: Callable[[], T]) -> T:
-        """Wait (10 s at most) until ``predicate()`` is truthy, and return its value."""
-        with anyio.fail_after(10):
-            while not (value := predicate()):
-                await self._changed.wait()
-        return value
+    # --- what tests look at ---------------------------------------------------------------------
 
     def called(self, method: str) -> list[Call]:
         return [c for c in self.calls if c.method == method]
@@ -132,7 +121,7 @@ class SlackStandin:
         auth = request.headers.get("authorization", "")
         token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else args.pop("token", None)
         self.calls.append(Call(method, args, token))
-        self._change()
+        self.changes.fire()
         gate = self.gates.get(method)
         if gate is not None:
             await gate.wait()
@@ -156,7 +145,7 @@ class SlackStandin:
             error = "not_allowed_token_type" if token == APP_TOKEN else "invalid_auth"
             return JSONResponse({"ok": False, "error": error})
         body = handler(request, args)
-        self._change()
+        self.changes.fire()
         return JSONResponse(body)
 
     def _auth_test(self, request: Request, args: dict[str, Any]) -> dict[str, Any]:
@@ -245,23 +234,23 @@ class SlackStandin:
             "connection_info": {"app_id": "A0HITL"},
         }
         await ws.send_text(json.dumps(hello))
-        self._change()
+        self.changes.fire()
         try:
             while True:
                 data = json.loads(await ws.receive_text())
                 if "envelope_id" in data:
                     self.acks.append(data["envelope_id"])
-                    self._change()
+                    self.changes.fire()
         except WebSocketDisconnect:
             pass
         finally:
             if self._socket is ws:
                 self._socket = None
-            self._change()
+            self.changes.fire()
 
     async def push(self, kind: str, payload: dict[str, Any], retry_attempt: int = 0) -> str:
         """Send an envelope (``interactive`` or ``events_api``) over the live socket; its id."""
-        socket = await self.until(lambda: self._socket)
+        socket = await until(lambda: self._socket, self.changes)
         envelope_id = f"env-{next(self._ids)}"
         envelope = {
             "envelope_id": envelope_id,
@@ -276,7 +265,7 @@ class SlackStandin:
 
     async def drop(self) -> None:
         """Close the live connection, as Slack does when it recycles a socket."""
-        socket = await self.until(lambda: self._socket)
+        socket = await until(lambda: self._socket, self.changes)
         self._socket = None
         await socket.close(code=1001)
 
@@ -411,24 +400,7 @@ def sign(body: bytes, timestamp: int | None = None, secret: str = SIGNING_SECRET
 
 @contextlib.asynccontextmanager
 async def serving() -> AsyncIterator[tuple[SlackStandin, str]]:
-    """The stand-in on 127.0.0.1 (uvicorn, in this event loop); yields it and its API base URL.
-
-    The socket listens before uvicorn starts, so clients may connect at once: nothing to wait for.
-    """
+    """The stand-in on 127.0.0.1 (uvicorn, in this event loop); yields it and its API base URL."""
     standin = SlackStandin()
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        standin.app(), log_config=None, access_log=False, lifespan="off", ws="websockets-sansio"
-    )
-    server = uvicorn.Server(config)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve, [sock])
-        try:
-            yield standin, f"http://127.0.0.1:{port}/api/"
-        finally:
-            tg.cancel_scope.cancel()
-            sock.close()
+    async with serve(standin.app(), ws="websockets-sansio") as url:
+        yield standin, f"{url}/api/"

@@ -1,7 +1,7 @@
 """Real mail servers for the email tests: aiosmtpd (STARTTLS + AUTH) in the test's own event loop, and
 pymap (an IMAP server with STARTTLS and IDLE) as a subprocess. Certificates come from ``trustme``.
 
-Nothing here sleeps to synchronise: the SMTP server wakes waiters for every mail it accepts, and pymap
+Nothing here sleeps to synchronise: the SMTP server fires its ``changes`` for every mail it accepts, and pymap
 is started through its own ``notify_ready`` hook, which prints a line once it listens.
 """
 
@@ -25,6 +25,8 @@ from typing import Any
 import anyio
 import trustme
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
+
+from tests.support.events import Changes, until
 
 SMTP_USER = "hitl@example.com"
 SMTP_PASSWORD = "smtp-pass-9f8e7d"
@@ -74,7 +76,8 @@ class Certs:
 class SmtpServer:
     """aiosmtpd on 127.0.0.1 in the running event loop: STARTTLS required, AUTH required (after TLS).
 
-    ``messages`` holds every accepted mail, parsed; ``wait_for`` awaits the next ones."""
+    ``messages`` holds every accepted mail, parsed; ``wait_for`` awaits the next ones; ``changes``
+    fires at each."""
 
     def __init__(self, certs: Certs, username: str = SMTP_USER, password: str = SMTP_PASSWORD) -> None:
         self.certs = certs
@@ -83,7 +86,7 @@ class SmtpServer:
         self.messages: list[EmailMessage] = []
         self.envelopes: list[tuple[str | None, list[str]]] = []
         self.logins: list[tuple[str, bool]] = []
-        self._changed = anyio.Event()
+        self.changes = Changes()
         self._server: asyncio.Server | None = None
         self.port = 0
 
@@ -106,8 +109,7 @@ class SmtpServer:
         assert isinstance(msg, EmailMessage)
         self.messages.append(msg)
         self.envelopes.append((envelope.mail_from, list(envelope.rcpt_tos)))
-        self._changed.set()
-        self._changed = anyio.Event()
+        self.changes.fire()
         return "250 OK"
 
     async def start(self) -> None:
@@ -137,13 +139,14 @@ class SmtpServer:
     async def wait_for(
         self, count: int = 1, where: Callable[[EmailMessage], bool] = lambda m: True
     ) -> list[EmailMessage]:
-        """The first ``count`` mails accepted so far that match ``where``, waiting (up to 15s) for them."""
-        with anyio.fail_after(15):
-            while True:
-                found = [m for m in self.messages if where(m)]
-                if len(found) >= count:
-                    return found[:count]
-                await self._changed.wait()
+        """The first ``count`` (at least one) mails accepted so far that match ``where``, waiting (up to
+        15s) for them."""
+
+        def found() -> list[EmailMessage] | None:
+            matching = [m for m in self.messages if where(m)]
+            return matching[:count] if len(matching) >= count else None
+
+        return await until(found, self.changes, seconds=15)
 
 
 @contextlib.asynccontextmanager

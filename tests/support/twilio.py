@@ -7,8 +7,9 @@ account fetch, all behind HTTP Basic auth (account SID : auth token), with Twili
 20429 (429 Too Many Requests) and 20500 (a 5xx).
 
 Tests script failures with :meth:`TwilioStandIn.fail_next`, add the person's texts with
-:meth:`TwilioStandIn.inbound`, and wait for what the client did with :meth:`TwilioStandIn.wait_for`:
-every request the stand-in answers wakes the waiters, so no test sleeps to synchronise.
+:meth:`TwilioStandIn.inbound`, and wait for what the client did with
+``await until(lambda: ..., standin.changes)``: every request the stand-in answers fires ``changes``,
+so no test sleeps to synchronise.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import secrets
-import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,13 +25,20 @@ from typing import Any
 from urllib.parse import urlencode
 
 import anyio
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tests.support.events import Changes
+from tests.support.serve import serving as serve
+
 API = "/2010-04-01"
+
+# the account the ``twilio_standin`` fixture serves (any account may be served: see TwilioStandIn)
+ACCOUNT_SID = "AC" + "0123456789abcdef" * 2
+AUTH_TOKEN = "twilio-auth-token-s3cret"
+NUMBER = "+15550001111"
 
 
 def new_sid(prefix: str = "SM") -> str:
@@ -74,7 +81,7 @@ class Failure:
 
 
 class TwilioStandIn:
-    def __init__(self, account_sid: str, auth_token: str, number: str = "+15550001111") -> None:
+    def __init__(self, account_sid: str, auth_token: str, number: str = NUMBER) -> None:
         self.account_sid = account_sid
         self.auth_token = auth_token
         self.number = number
@@ -87,7 +94,7 @@ class TwilioStandIn:
         self.release = anyio.Event()
         self.hanging = 0
         self.url = ""
-        self._changed = anyio.Event()
+        self.changes = Changes()  # fires at every request answered, inbound text and hang
         base = f"{API}/Accounts/{{sid}}"
         self.app = Starlette(
             routes=[
@@ -105,7 +112,7 @@ class TwilioStandIn:
     def inbound(self, from_: str, body: str, at: datetime | None = None) -> dict[str, Any]:
         """A text from a person to our number, as Twilio stores it."""
         message = self._message(from_, self.number, body, "inbound", "received", at)
-        self._changed_now()
+        self.changes.fire()
         return message
 
     def webhook_params(self, message: dict[str, Any]) -> dict[str, str]:
@@ -144,17 +151,7 @@ class TwilioStandIn:
     def lists(self) -> list[Call]:
         return [c for c in self.calls if c.method == "GET" and c.path.endswith("/Messages.json")]
 
-    async def wait_for(self, predicate: Callable[[], bool]) -> None:
-        """Until ``predicate()`` holds, re-checked after every change; fails after 10 s."""
-        with anyio.fail_after(10):
-            while not predicate():
-                await self._changed.wait()
-
     # --- the API ----------------------------------------------------------------------------
-
-    def _changed_now(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
 
     def _message(
         self, from_: str, to: str, body: str, direction: str, status: str, at: datetime | None = None
@@ -229,7 +226,7 @@ class TwilioStandIn:
             response = await handler(call)
         call.status = response.status_code
         self.calls.append(call)
-        self._changed_now()
+        self.changes.fire()
         return response
 
     async def _account(self, request: Request) -> Response:
@@ -258,7 +255,7 @@ class TwilioStandIn:
                 failure = self.failures.pop(0)
                 if failure.hang:
                     self.hanging += 1
-                    self._changed_now()
+                    self.changes.fire()
                     await self.release.wait()
                     return self._error(500, 20500, "Internal Server Error")
                 if failure.status == 429:
@@ -332,24 +329,10 @@ def _public(message: dict[str, Any]) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def serving(standin: TwilioStandIn) -> AsyncIterator[str]:
-    """Serve the stand-in on 127.0.0.1 (a free port) for the duration; yields its base URL.
-
-    The socket is listening before the server task starts, so a client may connect at once."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    standin.url = url
-    server = uvicorn.Server(
-        uvicorn.Config(
-            standin.app, lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=1
-        )
-    )
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: server.serve(sockets=[sock]))
+    """Serve the stand-in on 127.0.0.1 (a free port) for the duration; yields its base URL."""
+    async with serve(standin.app) as url:
+        standin.url = url
         try:
             yield url
         finally:
             standin.release.set()
-            server.should_exit = True
-    sock.close()
