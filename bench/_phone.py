@@ -36,9 +36,11 @@ from _server import HOST, ROOT, TOKEN, Server, server, wait_delivered
 if str(ROOT) not in sys.path:  # the stand-ins live in the clone's tests/support
     sys.path.append(str(ROOT))
 
-from tests.support.ntfy_standin import NtfyStandin  # noqa: E402
-from tests.support.serve import serving  # noqa: E402
-from tests.support.telegram_standin import BOT_TOKEN, SAM, Sent, TelegramStandin  # noqa: E402
+from tests.support.events import until
+from tests.support.ntfy_standin import NtfyStandin
+from tests.support.ntfy_standin import tap as tap  # for phone_tap.py
+from tests.support.serve import serving
+from tests.support.telegram_standin import BOT_TOKEN, SAM, Sent, TelegramStandin
 
 CLIENT_INFO = mcp.types.Implementation(name=HOST, version="1")
 TOPIC = "hitl-bench-push"
@@ -159,12 +161,17 @@ class Bench:
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    async def ntfy_live(self) -> None:
+        """Until the channel's subscription to the reply topic is open."""
+        await until(lambda: self.ntfy.live(REPLIES) > 0, self.ntfy.changes, 30)
+
 
 def channels_config(telegram_url: str, ntfy_url: str, hook_url: str) -> str:
     return (
         "channels:\n"
         "  web: {type: web}\n"
-        f'  telegram: {{type: telegram, bot_token: "{BOT_TOKEN}", chat_id: {SAM}, api_base: "{telegram_url}"}}\n'
+        f'  telegram: {{type: telegram, bot_token: "{BOT_TOKEN}", chat_id: {SAM},\n'
+        f'              api_base: "{telegram_url}"}}\n'
         f'  ntfy: {{type: ntfy, server: "{ntfy_url}", topic: {TOPIC}}}\n'
         f'  {HOOK}: {{type: webhook, url: "{hook_url}/hook", secret: "{SECRET}"}}\n'
     )
@@ -204,7 +211,7 @@ async def make_pending(bench: Bench, count: int, channels: list[str]) -> list[st
         for i in queue:
             result = await bench.client.call_tool(
                 "ask_user",
-                {"question": f"bench-pending-all-{i}: still waiting", "channels": channels, "wait_seconds": 0},
+                {"question": f"bench-pending-all-{i}: waiting", "channels": channels, "wait_seconds": 0},
             )
             assert result.structured_content is not None, result.content
             ids.append(result.structured_content["request_id"])

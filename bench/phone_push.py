@@ -53,8 +53,8 @@ async def main(pending: int, samples: int) -> None:
     async with phone_bench() as bench:
         started = time.perf_counter()
         await make_pending(bench, pending, list(CHANNELS))
-        print(f"{pending} pending on {', '.join(CHANNELS)} after {time.perf_counter() - started:.1f} s (setup)",
-              file=sys.stderr)
+        took = time.perf_counter() - started
+        print(f"{pending} pending on {', '.join(CHANNELS)} after {took:.1f} s (setup)", file=sys.stderr)
         pushes: dict[str, list[float]] = {c: [] for c in CHANNELS}
         returns: dict[str, list[float]] = {c: [] for c in CHANNELS}
         for i in range(WARM_UP + samples):
@@ -71,7 +71,7 @@ async def main(pending: int, samples: int) -> None:
     columns = ["channel", "samples", "p50_ms", "p99_ms", "max_ms", "mean_ms", "call_p50_ms"]
     print(" ".join(f"{c:>11}" for c in columns), f"goal: p99 <= {GOAL_P99_MS:.0f} ms")
     for row in rows:
-        print(" ".join(f"{row[c]:>11}" if not isinstance(row[c], float) else f"{row[c]:>11.2f}" for c in columns))
+        print(" ".join(f"{row[c]:>11.2f}" if isinstance(row[c], float) else f"{row[c]:>11}" for c in columns))
     where = machine()
     for row in rows:
         line = {"bench": f"phone_push_{row['channel']}", "pending": pending}
