@@ -223,16 +223,24 @@ async def make_pending(bench: Bench, count: int, channels: list[str]) -> list[st
     return ids
 
 
-async def wait_sent(bench: Bench, request_id: str, seconds: float = 10) -> None:
-    """Until the request's deliveries are all recorded as done (sent or failed)."""
+async def wait_sent(bench: Bench, request_id: str, seconds: float = 10) -> dict[str, Any]:
+    """Until the request's deliveries are all recorded as done (sent or failed); the request, as the
+    API shows it."""
     with anyio.fail_after(seconds):
         while True:
             response = await bench.http.get(f"/api/requests/{request_id}")
             response.raise_for_status()
             deliveries = response.json()["deliveries"]
             if deliveries and all(d["status"] not in ("queued", "sending") for d in deliveries):
-                return
+                return dict(response.json())
             await anyio.sleep(0.005)
+
+
+def epoch(iso: str) -> float:
+    """Seconds since the epoch of the API's ``2026-12-01T22:22:44.702Z``."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 def machine() -> str:
