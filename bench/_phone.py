@@ -11,6 +11,7 @@ standardwebhooks); the agent is the SDK's client over streamable HTTP, as in rep
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import sys
@@ -132,15 +133,13 @@ class TimedNtfy(NtfyStandin):
 
 class Receiver:
     """The integrator's end of the signed webhook: takes every event (204), notes each request's
-    ``request.created``."""
+    ``hitl.request.created``."""
 
     def __init__(self) -> None:
         self.arrivals = Arrivals()
         self.app = Starlette(routes=[Route("/hook", self._handle, methods=["POST"])])
 
     async def _handle(self, http: Request) -> Response:
-        import json
-
         event = json.loads(await http.body())
         if event.get("type") == "hitl.request.created":
             self.arrivals.note(str(event["data"]["text"]), event["data"])
