@@ -52,8 +52,9 @@ class Server:
 
 
 @asynccontextmanager
-async def server(workdir: Path, grace: float = 10) -> AsyncIterator[tuple[Server, int]]:
-    """Start it (it inherits our RLIMIT_NOFILE) and yield it with its port; stop it, always."""
+async def server(workdir: Path, grace: float = 10, channels: str = "") -> AsyncIterator[tuple[Server, int]]:
+    """Start it (it inherits our RLIMIT_NOFILE) and yield it with its port; stop it, always.
+    ``channels``: a YAML ``channels:`` block for the config (default: the embedded web inbox)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
@@ -62,7 +63,7 @@ async def server(workdir: Path, grace: float = 10) -> AsyncIterator[tuple[Server
     config.write_text(
         f"server:\n  http: {{host: 127.0.0.1, port: {port}}}\n"
         "defaults:\n  heartbeat_seconds: 300\n"
-        f"hosts:\n  {HOST}: {{budget_seconds: 3600}}\n"
+        f"hosts:\n  {HOST}: {{budget_seconds: 3600}}\n{channels}"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("HITL_")}
     env.update(HITL_STATE_DIR=str(workdir / "state"), HITL_WEB_TOKEN=TOKEN, PYTHONUNBUFFERED="1")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import anyio
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -13,8 +14,11 @@ from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.webhook import events
 from hitl_mcp.channels.webhook.config import MAX_BODY, Config
 from hitl_mcp.channels.webhook.inbound import REPLAYED, Refusal, read_answer, verify
-from hitl_mcp.channels.webhook.send import post, require_library
+from hitl_mcp.channels.webhook.send import new_client, post, require_library
 from hitl_mcp.models import Kind, Reply, Request
+
+if TYPE_CHECKING:
+    import httpx2
 
 TOO_LARGE = Refusal(413, "too_large", f"the body is larger than {MAX_BODY // 1024} KiB")
 
@@ -23,6 +27,8 @@ class WebhookChannel(BaseChannel):
     type = "webhook"
     extra = "webhook"
     config: Config
+    #: the started channel's client, kept for every event (see ``send.new_client``)
+    _http: httpx2.AsyncClient | None = None
 
     @classmethod
     def libraries(cls, config: Any) -> tuple[str, ...]:
@@ -32,6 +38,17 @@ class WebhookChannel(BaseChannel):
     def check_seconds(self) -> float:
         return self.config.timeout + 5
 
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._http = new_client(self.config)
+
+    async def close(self) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            with anyio.CancelScope(shield=True):
+                await http.aclose()
+
     # --- sending -----------------------------------------------------------------------------
 
     async def deliver(self, request: Request) -> Delivery:
@@ -40,12 +57,12 @@ class WebhookChannel(BaseChannel):
         else:
             event = events.created(request, self.name, self.public_url)
         message_id = events.event_id(request, event["type"])
-        status = await post(self.config, message_id, event)
+        status = await post(self.config, message_id, event, self._http)
         return Delivery(ref=message_id, detail={"event": event["type"], "status": status})
 
     async def retract(self, request: Request, delivery: Delivery) -> None:
         event = events.settled(request)
-        await post(self.config, events.event_id(request, event["type"]), event)
+        await post(self.config, events.event_id(request, event["type"]), event, self._http)
 
     async def check(self) -> str:
         require_library()
