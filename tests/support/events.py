@@ -39,5 +39,5 @@ async def until(check: Callable[[], T | Awaitable[T]], changes: Changes, seconds
             if isinstance(value, Awaitable):
                 value = await value
             if value:
-                return value  # type: ignore[return-value]
+                return value
             await fired.wait()
