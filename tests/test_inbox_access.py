@@ -588,7 +588,12 @@ async def test_text_is_at_least_13px_and_targets_44px(state_dir: Path, browser: 
         ]
         for target in targets:
             box = await target.bounding_box()
-            assert box is not None and box["height"] >= 44 and box["width"] >= 44, (target, box)
+            # to a hundredth of a pixel: a 44 px box at a fractional offset (a toast sliding in) can
+            # measure 43.99999 from the sub-pixel layout, and 43 px still fails
+            assert box is not None and round(box["height"], 2) >= 44 and round(box["width"], 2) >= 44, (
+                target,
+                box,
+            )
         # the group count says what it counts
         await expect(
             page.locator(".group-head", has_text="claude-code").locator(".group-count")
