@@ -32,6 +32,7 @@ from hitl_mcp.cli_requests import (
 )
 from hitl_mcp.cli_requests import config_and_state as _config
 from hitl_mcp.config import ConfigError, effective_config, resolve_http_port, starter_config_text
+from hitl_mcp.gate import cli as gate_cli
 from hitl_mcp.terminal import visible
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -143,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("action", choices=["verify", "head"])
     p.add_argument("--anchor", help="the anchors to check against (default: audit.anchor in the state dir)")
+
+    gate_cli.add_proxy(command("proxy", gate_cli.cmd_proxy, "put another MCP server's tools behind approval"))
     return parser
 
 

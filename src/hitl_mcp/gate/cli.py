@@ -1,0 +1,25 @@
+"""The ``proxy`` and ``hook`` verbs' arguments. Light on purpose: ``cli.py`` imports this to build its
+parser, and the modules that do the work load only when a verb runs."""
+
+from __future__ import annotations
+
+import argparse
+
+HOSTS = ("claude-code", "codex")
+
+
+def add_proxy(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", required=True, help="the policy file (gate.yaml): rules and default")
+    p.add_argument("--server-config", help="the hitl-mcp config: channels, state dir (default: embedded)")
+    p.add_argument("--state-dir", help="where the database lives (default ~/.local/state/hitl-mcp)")
+    p.add_argument("--upstream", metavar="URL", help="a streamable HTTP upstream, instead of a command")
+    p.add_argument(
+        "--call-timeout", type=float, default=600.0, help="seconds an upstream call may take (default 600)"
+    )
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the upstream's command and arguments")
+
+
+def cmd_proxy(args: argparse.Namespace) -> int:
+    from hitl_mcp.gate.run import cmd_proxy as run
+
+    return run(args)

@@ -1,0 +1,255 @@
+"""The gate's policy file: which tool calls pass, which wait for a person, which are refused.
+
+```yaml
+default: ask                   # for calls no rule matches: allow | ask | deny (ask unless set)
+risk: medium                   # the default risk shown to the person
+rules:                         # the first rule that matches decides
+  - tools: ["read_*", "get_*"] # globs over the tool name
+    action: allow
+  - tools: [run_command]
+    when:                      # every condition must hold
+      - {path: command, matches: "^rm\\b"}      # a JSON path into the arguments, a regex
+      - {path: cwd, equals: /}                  # or an exact value
+    action: deny
+    reason: never from the root
+  - tools: ["*"]
+    action: ask
+    risk: high
+    to: [owner]                # people / escalation: passed through (see docs/proxy.md)
+    description: "Run `{{ arguments.command }}` in {{ arguments.cwd }}"
+```
+
+Errors name the file, line and key, like the main config (``config/``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from hitl_mcp.config.errors import ConfigError, _convert
+from hitl_mcp.config.source import MAX_BYTES, _read_yaml
+
+Action = Literal["allow", "ask", "deny"]
+RiskLevel = Literal["low", "medium", "high"]
+TOP_KEYS = ("default", "risk", "channels", "timeout_seconds", "rules")
+#: the longest description a template may render to (what the person reads; the payload is apart)
+MAX_DESCRIPTION = 4000
+
+_env = ImmutableSandboxedEnvironment(autoescape=False, undefined=jinja2.ChainableUndefined)
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+class Condition(BaseModel):
+    """One test on the arguments: the value at ``path`` matches a regex, or equals a value."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(min_length=1, max_length=200)
+    matches: str | None = None
+    equals: Any = None
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not _split_path(value):
+            raise ValueError("a path such as command, options.mode or files[0]")
+        return value
+
+    @field_validator("matches")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression ({exc})") from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_test(self) -> Condition:
+        if (self.matches is None) == ("equals" not in self.model_fields_set):
+            raise ValueError("give one of matches (a regex) or equals (a value)")
+        return self
+
+    def holds(self, arguments: dict[str, Any]) -> bool:
+        found, value = lookup(arguments, self.path)
+        if not found:
+            return False
+        if self.matches is not None:
+            text = value if isinstance(value, str) else _plain(value)
+            return re.search(self.matches, text) is not None
+        return bool(value == self.equals)
+
+
+class Rule(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tools: list[str] = Field(min_length=1)
+    when: list[Condition] = Field(default_factory=list)
+    action: Action
+    risk: RiskLevel | None = None
+    reason: str | None = Field(default=None, max_length=1000)
+    description: str | None = Field(default=None, max_length=4000)
+    channels: list[str] | None = None
+    to: list[str] | None = None
+    escalation: str | None = None
+    timeout_seconds: float | None = Field(default=None, ge=1, le=30 * 86400)
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _one_tool(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("description")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                _env.parse(value)
+            except jinja2.TemplateSyntaxError as exc:
+                raise ValueError(
+                    f"not a valid template: {exc.message} (template line {exc.lineno})"
+                ) from None
+        return value
+
+    def matches(self, tool: str, arguments: dict[str, Any]) -> bool:
+        named = any(fnmatch.fnmatchcase(tool, pattern) for pattern in self.tools)
+        return named and all(condition.holds(arguments) for condition in self.when)
+
+
+class Policy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    default: Action = "ask"
+    risk: RiskLevel = "medium"
+    channels: list[str] | None = None
+    timeout_seconds: float | None = Field(default=None, ge=1, le=30 * 86400)
+    rules: list[Rule] = Field(default_factory=list)
+    source: Path | None = Field(default=None, exclude=True)
+
+    def decide(self, tool: str, arguments: dict[str, Any]) -> Decision:
+        for index, rule in enumerate(self.rules):
+            if rule.matches(tool, arguments):
+                return Decision(
+                    action=rule.action,
+                    risk=rule.risk or self.risk,
+                    description=describe(rule.description, tool, arguments),
+                    reason=rule.reason,
+                    channels=rule.channels or self.channels,
+                    to=rule.to,
+                    escalation=rule.escalation,
+                    timeout_seconds=rule.timeout_seconds or self.timeout_seconds,
+                    rule=index,
+                )
+        return Decision(
+            action=self.default,
+            risk=self.risk,
+            description=describe(None, tool, arguments),
+            reason="no rule allows it" if self.default == "deny" else None,
+            channels=self.channels,
+            timeout_seconds=self.timeout_seconds,
+        )
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    risk: RiskLevel
+    description: str
+    reason: str | None = None
+    channels: list[str] | None = None
+    to: list[str] | None = None
+    escalation: str | None = None
+    timeout_seconds: float | None = None
+    rule: int | None = None
+    """The index of the rule that decided; None: the default."""
+
+
+def describe(template: str | None, tool: str, arguments: dict[str, Any]) -> str:
+    """What the person reads. A template is rendered sandboxed: it can read the arguments, never
+    call into Python; one that fails at render time falls back to the plain wording (the payload,
+    shown beside it, is what is approved either way)."""
+    plain = f"Call the tool `{tool}`"
+    if template is None:
+        return plain
+    try:
+        text = _env.from_string(template).render(tool=tool, arguments=arguments).strip()
+    except Exception:
+        return plain
+    return text[:MAX_DESCRIPTION] or plain
+
+
+def _split_path(path: str) -> list[str | int]:
+    text = path[2:] if path.startswith("$.") else path
+    parts: list[str | int] = []
+    pos = 0
+    while pos < len(text):
+        if text[pos] == ".":
+            pos += 1
+        found = _PATH_PART.match(text, pos)
+        if found is None:
+            return []
+        parts.append(found.group(1) if found.group(1) is not None else int(found.group(2)))
+        pos = found.end()
+    return parts
+
+
+def lookup(arguments: Any, path: str) -> tuple[bool, Any]:
+    """The value at ``path`` (``a.b[0].c``, optionally starting ``$.``), and whether it is there."""
+    value = arguments
+    for part in _split_path(path):
+        if isinstance(part, int) and isinstance(value, list) and part < len(value):
+            value = value[part]
+        elif isinstance(part, str) and isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
+            return False, None
+    return True, value
+
+
+def _plain(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def parse_policy(text: str, source: str | None = None) -> Policy:
+    doc = _read_yaml(text, source, {}, TOP_KEYS)
+    try:
+        policy = Policy.model_validate(doc.data)
+    except ValidationError as exc:
+        errors = _convert(exc, Policy, (), doc, source)
+        errors.sort(key=lambda e: e.line if e.line is not None else 1 << 30)
+        first = errors[0]
+        raise ConfigError(
+            first.message, file=first.file, line=first.line, key=first.key, more=errors[1:]
+        ) from None
+    return policy
+
+
+def load_policy(path: str | Path) -> Policy:
+    shown = str(path)
+    file = Path(path).expanduser()
+    try:
+        raw = file.read_bytes()[: MAX_BYTES + 1]
+    except FileNotFoundError:
+        raise ConfigError("no such policy file", file=shown) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot be read: {exc.strerror or exc}", file=shown) from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            "not valid UTF-8 text", file=shown, line=raw[: exc.start].count(b"\n") + 1
+        ) from None
+    policy = parse_policy(text, shown)
+    policy.source = file.absolute()
+    return policy
+
+
+__all__ = ["Decision", "Policy", "Rule", "describe", "load_policy", "lookup", "parse_policy"]
