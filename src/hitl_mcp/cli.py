@@ -146,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--anchor", help="the anchors to check against (default: audit.anchor in the state dir)")
 
     gate_cli.add_proxy(command("proxy", gate_cli.cmd_proxy, "put another MCP server's tools behind approval"))
+    gate_cli.add_hook(command("hook", gate_cli.cmd_hook, "answer a host's permission prompt from a hook"))
     return parser
 
 

@@ -1,0 +1,198 @@
+"""``hitl-mcp hook <host>``: a host's permission hook, answered by a person through a running server.
+
+It reads one hook event on stdin, decides it by the policy file (``policy.py``), and for ``ask``
+asks through a running ``hitl-mcp serve --transport http``: as an MCP client of its ``/mcp``
+endpoint, with the web token, calling ``request_approval`` (payload: the tool and its arguments;
+idempotency key: the host's tool call id) and then ``wait_for_response`` until the deadline. It
+never opens the database. It prints the decision in the host's format (``hooks/``).
+
+Fail closed: no server, no token, an error, or no answer before ``--timeout`` is a deny, or (with
+``--on-failure ask``) the host's own prompt. Only an approval the person gave is an allow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from hitl_mcp.gate.hooks import BadEvent, HookCall, Verdict
+from hitl_mcp.gate.policy import Decision, Policy, load_policy
+from hitl_mcp.models import canonical_json
+
+#: the most stdin a hook event may take (a large Write's content fits)
+MAX_EVENT = 8 * 1024 * 1024
+#: each wait_for_response at most this long, so a heartbeat-less wait never outlives the deadline much
+WAIT_STEP = 20.0
+MODULES = {"claude-code": "claude_code", "codex": "codex"}
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    token: str | None
+
+
+class Unanswered(Exception):
+    """Why the person's answer is not known: one line, in the failure's reason."""
+
+
+async def ask_person(
+    server: Server, call: HookCall, decision: Decision, host: str, seconds: float
+) -> tuple[bool, str]:
+    """Ask through the server and wait; (approved, the reason to show). Raises ``Unanswered``."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.types import Implementation
+
+    payload = {"tool": call.tool, "arguments": call.arguments}
+    # the host's id for this tool call, else the call itself: a retried hook re-attaches, never re-asks
+    material = call.call_id or hashlib.sha256(canonical_json([call.session_id, payload]).encode()).hexdigest()
+    key = f"{host}:{material}"[:200]
+    arguments: dict[str, Any] = {
+        "action": decision.description,
+        "details": f"{host} wants to run the tool `{call.tool}`"
+        + (f" in {call.cwd}" if call.cwd else "")
+        + ".",
+        "payload": payload,
+        "risk": decision.risk,
+        "idempotency_key": key,
+    }
+    if decision.channels:
+        arguments["channels"] = decision.channels
+    if decision.timeout_seconds:
+        arguments["timeout_seconds"] = decision.timeout_seconds
+    headers = {"Authorization": f"Bearer {server.token}"} if server.token else {}
+    deadline = anyio.current_time() + seconds
+    try:
+        async with httpx2.AsyncClient(
+            headers=headers, timeout=httpx2.Timeout(30.0, read=WAIT_STEP + 30)
+        ) as http:
+            transport = streamable_http_client(f"{server.url}/mcp", http_client=http)
+            info = Implementation(name=f"hitl-mcp-hook-{host}", version="1")
+            async with Client(
+                transport, mode="legacy", client_info=info, read_timeout_seconds=WAIT_STEP + 30
+            ) as client:
+                arguments["wait_seconds"] = min(WAIT_STEP, seconds)
+                outcome = _outcome(await client.call_tool("request_approval", arguments))
+                while outcome.get("status") == "pending":
+                    left = deadline - anyio.current_time()
+                    if left <= 0.5:
+                        raise Unanswered(f"no answer from the person within {seconds:g} s")
+                    wait = {"request_id": outcome["request_id"], "wait_seconds": min(WAIT_STEP, left)}
+                    outcome = _outcome(await client.call_tool("wait_for_response", wait))
+    except Unanswered:
+        raise
+    except Exception as exc:  # any failure to reach or read the server fails closed
+        raise Unanswered(f"cannot ask through hitl-mcp at {server.url}: {_first_line(exc)}") from None
+    if outcome.get("approved") is True:
+        return True, f"approved by {outcome.get('responder') or 'the person'} (hitl-mcp)"
+    status = outcome.get("status")
+    if status != "answered":
+        return False, f"not approved: the request was {status} before anyone answered"
+    comment = f": {outcome['comment']}" if outcome.get("comment") else ""
+    return False, f"denied by {outcome.get('responder') or 'the person'}{comment}"
+
+
+def _outcome(result: Any) -> dict[str, Any]:
+    if result.is_error or not isinstance(result.structured_content, dict):
+        text = " ".join(getattr(c, "text", "") for c in result.content)
+        raise Unanswered(f"the server refused: {text.strip()[:300]}")
+    return dict(result.structured_content)
+
+
+def _first_line(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return _first_line(exc.exceptions[0])
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def decide(
+    policy: Policy, call: HookCall, host: str, server: Server | None, timeout: float, on_failure: Verdict
+) -> tuple[Verdict, str]:
+    decision = policy.decide(call.tool, call.arguments)
+    if decision.action == "allow":
+        return "allow", "allowed by the hitl-mcp policy"
+    if decision.action == "deny":
+        return "deny", f"denied by policy: {decision.reason or 'this call is not allowed'}"
+    try:
+        if server is None:
+            raise Unanswered("no hitl-mcp server is configured")
+        approved, reason = anyio.run(ask_person, server, call, decision, host, timeout)
+    except Unanswered as exc:
+        return on_failure, f"hitl-mcp: {exc}"
+    return ("allow" if approved else "deny"), reason
+
+
+def find_server(args: argparse.Namespace) -> Server | None:
+    """The server's address and web token, from the server config and the state directory."""
+    from hitl_mcp.cli_remote import server_url
+    from hitl_mcp.config import load_config, resolve_state_dir
+    from hitl_mcp.web.auth import TOKEN_FILE
+
+    config = load_config(args.server_config)
+    state_dir = resolve_state_dir(config, args.state_dir)
+    url = server_url(config, args.url)
+    import os
+
+    token = os.environ.get("HITL_WEB_TOKEN") or next(
+        (
+            getattr(c, "token", None)
+            for c in config.channels.values()
+            if c.type == "web" and getattr(c, "token", None)
+        ),
+        None,
+    )
+    if token is None:
+        try:
+            token = (Path(state_dir) / TOKEN_FILE).read_text().strip() or None
+        except OSError:
+            token = None  # a loopback server takes MCP without it
+    return Server(url, str(token) if token else None)
+
+
+def cmd_hook(args: argparse.Namespace) -> int:
+    from hitl_mcp.config import ConfigError
+
+    host = import_module(f"hitl_mcp.gate.hooks.{MODULES[args.host]}")
+    on_failure: Verdict = args.on_failure
+    try:
+        raw = sys.stdin.buffer.read(MAX_EVENT + 1)
+        if len(raw) > MAX_EVENT:
+            raise BadEvent(f"the hook event is larger than {MAX_EVENT // 1024 // 1024} MiB")
+        try:
+            event = json.loads(raw or b"null")
+        except ValueError:
+            raise BadEvent("the hook event on stdin is not JSON") from None
+        call: HookCall = host.parse(event)
+    except BadEvent as exc:
+        # exit 2 blocks the call in both hosts, with stderr as the reason
+        print(f"hitl-mcp hook: {exc}", file=sys.stderr)
+        return 2
+    try:
+        policy = load_policy(args.config)
+    except ConfigError as exc:
+        verdict: Verdict = "deny"
+        reason = f"hitl-mcp: the policy file is broken: {exc}"
+    else:
+        try:
+            server = find_server(args)
+        except ConfigError as exc:
+            print(f"hitl-mcp hook: config error: {exc}", file=sys.stderr)
+            server = None
+        verdict, reason = decide(policy, call, args.host, server, args.timeout, on_failure)
+    output = host.render(call, verdict, reason)
+    if output is not None:
+        print(json.dumps(output))
+    if verdict != "allow":
+        print(reason, file=sys.stderr)
+    return 0

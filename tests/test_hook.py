@@ -1,0 +1,209 @@
+"""``hitl-mcp hook <host>`` against a real running server: the hosts' documented event shapes
+(``tests/hook_events/``) on stdin, the answer given through the server's JSON API, and the printed
+decision checked against the shape each host documents."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+from tests.conftest import (
+    PYTHON,
+    ROOT,
+    TOKEN,
+    free_port,
+    serve_args,
+    server_env,
+    server_process,
+    write_config,
+)
+from tests.support.events import Changes, until
+
+pytestmark = pytest.mark.anyio
+
+EVENTS = ROOT / "tests" / "hook_events"
+POLICY = """
+default: ask
+rules:
+  - tools: [Read, Grep]
+    action: allow
+  - tools: [Bash]
+    when: [{path: command, matches: "^rm -rf /$"}]
+    action: deny
+    reason: never the root
+  - tools: [Bash]
+    action: ask
+    risk: high
+    description: "Run `{{ arguments.command }}`"
+"""
+
+
+def event(name: str, **changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((EVENTS / name).read_text())
+    data.update(changes)
+    return data
+
+
+class Setup:
+    def __init__(self, tmp_path: Path) -> None:
+        self.state_dir = tmp_path / "state"
+        self.state_dir.mkdir()
+        self.port = free_port()
+        self.config = write_config(tmp_path / "hitl.yaml", self.port)
+        self.policy = tmp_path / "gate.yaml"
+        self.policy.write_text(POLICY)
+        self.env = server_env(self.state_dir)
+
+    async def hook(self, host: str, data: Any, *more: str) -> tuple[int, Any, str]:
+        args = ["-m", "hitl_mcp", "hook", host, "--config", str(self.policy)]
+        args += ["--server-config", str(self.config), "--state-dir", str(self.state_dir), *more]
+        raw = data if isinstance(data, bytes) else json.dumps(data).encode()
+        result = await anyio.run_process([PYTHON, *args], input=raw, env=self.env, check=False, cwd=str(ROOT))
+        out = result.stdout.decode().strip()
+        return result.returncode, json.loads(out) if out else None, result.stderr.decode()
+
+    def api(self) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(
+            base_url=f"http://127.0.0.1:{self.port}", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+
+    async def answer_next(self, decision: str, comment: str | None = None) -> dict[str, Any]:
+        """Answer the first request that shows up pending. The API has no push for a token holder
+        (``/events`` is for inbox sessions), so its listing is read again every 50 ms until then."""
+        async with self.api() as api:
+            changes = Changes()
+
+            async def pending() -> dict[str, Any] | None:
+                listing = (await api.get("/api/requests?status=pending")).json()["requests"]
+                return listing[0] if listing else None
+
+            async def tick() -> None:
+                while True:
+                    await anyio.sleep(0.05)
+                    changes.fire()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(tick)
+                request = await until(pending, changes, seconds=30)
+                tg.cancel_scope.cancel()
+            body = {"decision": decision, **({"comment": comment} if comment else {})}
+            response = await api.post(f"/api/requests/{request['id']}/reply", json=body)
+            assert response.status_code == 200, response.text
+            return request
+
+
+async def hook_answered(setup: Setup, host: str, data: Any, decision: str, comment: str | None = None) -> Any:
+    outcome: Any = None
+    async with anyio.create_task_group() as tg:
+
+        async def run_hook() -> None:
+            nonlocal outcome
+            outcome = await setup.hook(host, data)
+
+        tg.start_soon(run_hook)
+        request = await setup.answer_next(decision, comment)
+    return outcome, request
+
+
+async def test_claude_code_pretooluse_approved_from_the_phone(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    async with server_process(serve_args(setup.config, "--transport", "http"), setup.env):
+        (code, out, _), request = await hook_answered(
+            setup, "claude-code", event("claude-code-pretooluse.json"), "approve"
+        )
+    assert code == 0
+    assert out["hookSpecificOutput"]["hookEventName"] == "PreToolUse"
+    assert out["hookSpecificOutput"]["permissionDecision"] == "allow"
+    assert isinstance(out["hookSpecificOutput"]["permissionDecisionReason"], str)
+    assert request["text"] == "Run `git push --force origin main`"
+    assert request["risk"] == "high"
+    assert request["payload"] == {
+        "tool": "Bash",
+        "arguments": {"command": "git push --force origin main", "description": "Force-push main"},
+    }
+
+
+async def test_claude_code_pretooluse_denied_with_the_reason(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    async with server_process(serve_args(setup.config, "--transport", "http"), setup.env):
+        (code, out, _), _ = await hook_answered(
+            setup, "claude-code", event("claude-code-pretooluse.json"), "deny", "not on a Friday"
+        )
+    assert code == 0
+    decision = out["hookSpecificOutput"]
+    assert decision["permissionDecision"] == "deny"
+    assert "not on a Friday" in decision["permissionDecisionReason"]
+
+
+async def test_claude_code_permission_request_allow_and_deny_shapes(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    async with server_process(serve_args(setup.config, "--transport", "http"), setup.env):
+        (_, allowed, _), _ = await hook_answered(
+            setup, "claude-code", event("claude-code-permissionrequest.json"), "approve"
+        )
+        other = event("claude-code-permissionrequest.json", tool_input={"command": "make clean"})
+        (_, denied, _), _ = await hook_answered(
+            setup, "claude-code", other, "deny", "use the Makefile target"
+        )
+    assert allowed == {
+        "hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": {"behavior": "allow"}}
+    }
+    assert denied["hookSpecificOutput"]["hookEventName"] == "PermissionRequest"
+    assert denied["hookSpecificOutput"]["decision"]["behavior"] == "deny"
+    assert "use the Makefile target" in denied["hookSpecificOutput"]["decision"]["message"]
+
+
+async def test_policy_allow_and_deny_need_no_server(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)  # nothing listens on its port
+    read = event("claude-code-pretooluse.json", tool_name="Read", tool_input={"file_path": "/etc/hosts"})
+    code, out, _ = await setup.hook("claude-code", read)
+    assert code == 0 and out["hookSpecificOutput"]["permissionDecision"] == "allow"
+    root = event("claude-code-pretooluse.json", tool_input={"command": "rm -rf /"})
+    code, out, _ = await setup.hook("claude-code", root)
+    assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert out["hookSpecificOutput"]["permissionDecisionReason"] == "denied by policy: never the root"
+
+
+async def test_fail_closed_without_a_server_or_an_answer(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    pre = event("claude-code-pretooluse.json")
+    code, out, err = await setup.hook("claude-code", pre)
+    assert code == 0 and out["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "cannot ask through hitl-mcp" in out["hookSpecificOutput"]["permissionDecisionReason"]
+    code, out, _ = await setup.hook("claude-code", pre, "--on-failure", "ask")
+    assert out["hookSpecificOutput"]["permissionDecision"] == "ask"
+    code, out, _ = await setup.hook(
+        "claude-code", event("claude-code-permissionrequest.json"), "--on-failure", "ask"
+    )
+    assert code == 0 and out is None  # nothing printed: Claude Code shows its own dialog
+    async with server_process(serve_args(setup.config, "--transport", "http"), setup.env):
+        code, out, _ = await setup.hook("claude-code", pre, "--timeout", "1")
+    assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "no answer from the person within 1 s" in out["hookSpecificOutput"]["permissionDecisionReason"]
+
+
+async def test_a_bad_event_blocks_with_exit_2(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    code, out, err = await setup.hook("claude-code", b"not json")
+    assert code == 2 and out is None and "not JSON" in err
+    code, out, err = await setup.hook("claude-code", {"hook_event_name": "Stop"})
+    assert code == 2 and "hook_event_name 'Stop'" in err
+
+
+async def test_codex_pretooluse_prints_only_a_deny(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    async with server_process(serve_args(setup.config, "--transport", "http"), setup.env):
+        (code, approved, _), request = await hook_answered(
+            setup, "codex", event("codex-pretooluse.json"), "approve"
+        )
+        retry = event("codex-pretooluse.json", tool_use_id="call_other")
+        (_, denied, _), _ = await hook_answered(setup, "codex", retry, "deny", "ask me tomorrow")
+    assert code == 0 and approved is None  # an allow prints nothing: Codex's own policy applies
+    assert request["payload"]["arguments"] == {"command": "git push --force origin main"}
+    assert denied["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "ask me tomorrow" in denied["hookSpecificOutput"]["permissionDecisionReason"]
