@@ -175,6 +175,7 @@ async def test_fail_closed_without_a_server_or_an_answer(tmp_path: Path) -> None
     code, out, err = await setup.hook("claude-code", pre)
     assert code == 0 and out["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert "cannot ask through hitl-mcp" in out["hookSpecificOutput"]["permissionDecisionReason"]
+    assert "cannot ask through hitl-mcp" in err  # and in the host's log
     code, out, _ = await setup.hook("claude-code", pre, "--on-failure", "ask")
     assert out["hookSpecificOutput"]["permissionDecision"] == "ask"
     code, out, _ = await setup.hook(
