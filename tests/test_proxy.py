@@ -73,8 +73,11 @@ class Gate:
         self.changes = Changes()
         self.progress: list[str] = []
 
-    def params(self, upstream: list[str] | None = None, url: str | None = None) -> StdioServerParameters:
+    def params(
+        self, upstream: list[str] | None = None, url: str | None = None, *more: str
+    ) -> StdioServerParameters:
         args = ["-m", "hitl_mcp", "proxy", "--config", str(self.policy), "--server-config", str(self.config)]
+        args += more
         args += ["--upstream", url] if url else ["--", *(upstream or [])]
         return StdioServerParameters(command=PYTHON, args=args, env=self.env, cwd=str(ROOT))
 
@@ -363,3 +366,12 @@ async def test_everything_over_streamable_http(tmp_path: Path) -> None:
     assert {"echo", "get-sum"} <= tools
     assert denied.is_error and "denied by" in text_of(denied)
     assert not approved.is_error and text_of(approved) == "Echo: yes"
+
+
+async def test_an_upstream_timeout_is_a_tool_error_and_the_connection_stays(tmp_path: Path) -> None:
+    gate = Gate(tmp_path, "default: allow\n")
+    async with connected(gate.params(everything("stdio"), None, "--call-timeout", "1")) as client:
+        slow = await client.call_tool("trigger-long-running-operation", {"duration": 5, "steps": 5})
+        quick = await client.call_tool("echo", {"message": "still here"})
+    assert slow.is_error and "did not answer within 1 s" in text_of(slow)
+    assert not quick.is_error and text_of(quick) == "Echo: still here"
