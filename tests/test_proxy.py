@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters
 
 from tests.conftest import PYTHON, ROOT, TOKEN, cli, free_port, server_env, text_of, write_config
@@ -375,3 +375,14 @@ async def test_an_upstream_timeout_is_a_tool_error_and_the_connection_stays(tmp_
         quick = await client.call_tool("echo", {"message": "still here"})
     assert slow.is_error and "did not answer within 1 s" in text_of(slow)
     assert not quick.is_error and text_of(quick) == "Echo: still here"
+
+
+async def test_an_upstream_that_cannot_start_is_an_error_naming_it(tmp_path: Path) -> None:
+    gate = Gate(tmp_path, "default: allow\n")
+    missing = str(tmp_path / "no-such-server")
+    async with connected(gate.params([missing])) as client:
+        with pytest.raises(MCPError) as listing:
+            await client.list_tools()
+        called = await client.call_tool("anything", {})
+    assert f"cannot start the upstream {missing}" in listing.value.message
+    assert called.is_error and f"cannot start the upstream {missing}" in text_of(called)
