@@ -208,3 +208,26 @@ async def test_codex_pretooluse_prints_only_a_deny(tmp_path: Path) -> None:
     assert request["payload"]["arguments"] == {"command": "git push --force origin main"}
     assert denied["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert "ask me tomorrow" in denied["hookSpecificOutput"]["permissionDecisionReason"]
+
+
+async def test_off_loopback_the_hook_sends_the_configured_token(tmp_path: Path) -> None:
+    """Off loopback the server's /mcp needs the web token: the hook finds it in the config."""
+    setup = Setup(tmp_path)
+    setup.config.write_text(
+        f"server:\n  http: {{host: 0.0.0.0, port: {setup.port}}}\n"
+        f"defaults:\n  heartbeat_seconds: 1\nchannels:\n  web: {{type: web, token: {TOKEN}}}\n"
+    )
+    setup.env.pop("HITL_WEB_TOKEN")
+    url = f"http://127.0.0.1:{setup.port}"
+    async with server_process(serve_args(setup.config, "--transport", "http"), setup.env):
+        outcome: Any = None
+        async with anyio.create_task_group() as tg:
+
+            async def run_hook() -> None:
+                nonlocal outcome
+                outcome = await setup.hook("claude-code", event("claude-code-pretooluse.json"), "--url", url)
+
+            tg.start_soon(run_hook)
+            await setup.answer_next("approve")
+    code, out, _ = outcome
+    assert code == 0 and out["hookSpecificOutput"]["permissionDecision"] == "allow"

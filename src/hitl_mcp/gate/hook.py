@@ -133,31 +133,29 @@ def decide(
     return ("allow" if approved else "deny"), reason
 
 
-def find_server(args: argparse.Namespace) -> Server | None:
-    """The server's address and web token, from the server config and the state directory."""
+def find_server(args: argparse.Namespace) -> Server:
+    """The server's address and web token, found as the server finds its token: the web channel's
+    ``token`` in the config, else ``$HITL_WEB_TOKEN``, else the token file in the state directory
+    (read only: a missing file is no token, and a loopback server takes MCP without one)."""
+    import os
+
     from hitl_mcp.cli_remote import server_url
     from hitl_mcp.config import load_config, resolve_state_dir
     from hitl_mcp.web.auth import TOKEN_FILE
 
     config = load_config(args.server_config)
-    state_dir = resolve_state_dir(config, args.state_dir)
     url = server_url(config, args.url)
-    import os
-
-    token = os.environ.get("HITL_WEB_TOKEN") or next(
-        (
-            getattr(c, "token", None)
-            for c in config.channels.values()
-            if c.type == "web" and getattr(c, "token", None)
-        ),
-        None,
-    )
-    if token is None:
-        try:
-            token = (Path(state_dir) / TOKEN_FILE).read_text().strip() or None
-        except OSError:
-            token = None  # a loopback server takes MCP without it
-    return Server(url, str(token) if token else None)
+    web = next((c for c in config.channels.values() if c.type == "web"), None)
+    secret = getattr(web, "token", None)
+    if secret is not None:
+        return Server(url, secret.get_secret_value())
+    if os.environ.get("HITL_WEB_TOKEN"):
+        return Server(url, os.environ["HITL_WEB_TOKEN"])
+    try:
+        token = (Path(resolve_state_dir(config, args.state_dir)) / TOKEN_FILE).read_text().strip()
+    except OSError:
+        token = ""
+    return Server(url, token or None)
 
 
 def cmd_hook(args: argparse.Namespace) -> int:
