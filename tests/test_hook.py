@@ -36,7 +36,7 @@ rules:
     when: [{path: command, matches: "^rm -rf /$"}]
     action: deny
     reason: never the root
-  - tools: [Bash]
+  - tools: [Bash, run_shell_command]
     action: ask
     risk: high
     description: "Run `{{ arguments.command }}`"
@@ -146,9 +146,10 @@ async def test_claude_code_permission_request_allow_and_deny_shapes(tmp_path: Pa
         (_, allowed, _), _ = await hook_answered(
             setup, "claude-code", event("claude-code-permissionrequest.json"), "approve"
         )
-        other = event("claude-code-permissionrequest.json", tool_input={"command": "make clean"})
+        # the same event again (it has no tool_use_id): a new request, not the old approval
+        again = event("claude-code-permissionrequest.json")
         (_, denied, _), _ = await hook_answered(
-            setup, "claude-code", other, "deny", "use the Makefile target"
+            setup, "claude-code", again, "deny", "use the Makefile target"
         )
     assert allowed == {
         "hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": {"behavior": "allow"}}
@@ -231,3 +232,18 @@ async def test_off_loopback_the_hook_sends_the_configured_token(tmp_path: Path) 
             await setup.answer_next("approve")
     code, out, _ = outcome
     assert code == 0 and out["hookSpecificOutput"]["permissionDecision"] == "allow"
+
+
+async def test_gemini_cli_before_tool(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    async with server_process(serve_args(setup.config, "--transport", "http"), setup.env):
+        (code, approved, _), request = await hook_answered(
+            setup, "gemini-cli", event("gemini-cli-beforetool.json"), "approve"
+        )
+        other = event("gemini-cli-beforetool.json", tool_input={"command": "make deploy"})
+        (_, denied, _), _ = await hook_answered(setup, "gemini-cli", other, "deny", "after the freeze")
+    assert code == 0 and approved == {"decision": "allow"}
+    assert request["text"] == "Run `git push --force origin main`"
+    assert denied["decision"] == "deny" and "after the freeze" in denied["reason"]
+    code, out, _ = await setup.hook("gemini-cli", event("gemini-cli-beforetool.json"), "--on-failure", "ask")
+    assert code == 0 and out == {}  # no server; ask: Gemini CLI goes on as without the hook

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-HOSTS = ("claude-code", "codex")
+HOSTS = ("claude-code", "codex", "gemini-cli")
 
 
 def add_proxy(p: argparse.ArgumentParser) -> None:

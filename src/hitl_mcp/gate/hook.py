@@ -13,7 +13,6 @@ Fail closed: no server, no token, an error, or no answer before ``--timeout`` is
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from dataclasses import dataclass
@@ -25,13 +24,12 @@ import anyio
 
 from hitl_mcp.gate.hooks import BadEvent, HookCall, Verdict
 from hitl_mcp.gate.policy import Decision, Policy, load_policy
-from hitl_mcp.models import canonical_json
 
 #: the most stdin a hook event may take (a large Write's content fits)
 MAX_EVENT = 8 * 1024 * 1024
 #: each wait_for_response at most this long, so a heartbeat-less wait never outlives the deadline much
 WAIT_STEP = 20.0
-MODULES = {"claude-code": "claude_code", "codex": "codex"}
+MODULES = {"claude-code": "claude_code", "codex": "codex", "gemini-cli": "gemini_cli"}
 
 
 @dataclass(frozen=True)
@@ -54,9 +52,6 @@ async def ask_person(
     from mcp.types import Implementation
 
     payload = {"tool": call.tool, "arguments": call.arguments}
-    # the host's id for this tool call, else the call itself: a retried hook re-attaches, never re-asks
-    material = call.call_id or hashlib.sha256(canonical_json([call.session_id, payload]).encode()).hexdigest()
-    key = f"{host}:{material}"[:200]
     arguments: dict[str, Any] = {
         "action": decision.description,
         "details": f"{host} wants to run the tool `{call.tool}`"
@@ -64,8 +59,12 @@ async def ask_person(
         + ".",
         "payload": payload,
         "risk": decision.risk,
-        "idempotency_key": key,
     }
+    if call.call_id:
+        # the host's id for this one tool call: a hook run again for it re-attaches, never re-asks. An
+        # event without one (PermissionRequest, Gemini CLI) asks afresh each time: a key made from the
+        # arguments would let an old approval answer the same command run again later
+        arguments["idempotency_key"] = f"{host}:{call.call_id}"[:200]
     if decision.channels:
         arguments["channels"] = decision.channels
     if decision.timeout_seconds:
