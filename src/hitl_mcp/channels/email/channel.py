@@ -24,7 +24,7 @@ from hitl_mcp.channels.base import (
 )
 from hitl_mcp.channels.email.replies import Unreadable, auto_reply_reason, read_answer, reply_text
 from hitl_mcp.models import Kind, Reply, Request, Status
-from hitl_mcp.wording import verdict
+from hitl_mcp.wording import expired, verdict
 
 if TYPE_CHECKING:
     from imapclient import IMAPClient
@@ -105,6 +105,8 @@ class EmailChannel(_Composing, _Smtp, _Links, _Imap):
                 verdict(request.approved) if request.kind == Kind.APPROVAL else f"answered ({request.answer})"
             )
             text = f"Settled: {what} by {request.responder} via {request.channel}."
+        elif request.status == Status.EXPIRED:
+            text = f"Settled: {expired(request)}. No answer is needed any more."
         else:
             text = f"Settled: the request was {request.status.value}; no answer is needed any more."
         mails = []
