@@ -144,6 +144,8 @@ class Reply(BaseModel):
     choice: str | None = None
     decision: Decision | None = None
     comment: str | None = None
+    person: str | None = None
+    """The person (config ``people``) this channel identity belongs to: set by the broker, not channels."""
 
 
 class Outcome(BaseModel):

@@ -321,6 +321,15 @@ class Channel:
         """Send the request (or a notification). Must work without ``start`` (``test-channel``)."""
         raise NotImplementedError
 
+    async def remind(self, request: Request, delivery: Delivery) -> Delivery:
+        """Remind the person of a request still waiting (an escalation ladder's ``remind`` step);
+        ``delivery`` is what ``deliver`` returned for it. By default the request is sent again,
+        worded "Still waiting: ..."; a channel that can reply to or edit its first message (a thread,
+        a reply) overrides this."""
+        from hitl_mcp.wording import still_waiting
+
+        return await self.deliver(request.model_copy(update={"text": still_waiting(request.text)}))
+
     @property
     def retracts(self) -> bool:
         """Whether settling a request sends anything here; when not, no retraction is queued."""
