@@ -100,15 +100,7 @@ class EmailChannel(_Composing, _Smtp, _Links, _Imap):
     async def retract(self, request: Request, delivery: Delivery) -> None:
         if not self.config.follow_up or request.kind == Kind.NOTIFICATION:
             return
-        if request.status == Status.ANSWERED:
-            what = (
-                verdict(request.approved) if request.kind == Kind.APPROVAL else f"answered ({request.answer})"
-            )
-            text = f"Settled: {what} by {request.responder} via {request.channel}."
-        elif request.status == Status.EXPIRED:
-            text = f"Settled: {expired(request)}. No answer is needed any more."
-        else:
-            text = f"Settled: the request was {request.status.value}; no answer is needed any more."
+        text = follow_up_text(request)
         mails = []
         for recipient in delivery.detail.get("recipients") or [_address(r) for r in self.config.to]:
             if request.channel == self.name and request.responder == recipient:
@@ -227,3 +219,13 @@ class EmailChannel(_Composing, _Smtp, _Links, _Imap):
         if not await self.state.seen(f"settled:{request.id}:{sender}"):
             text = f"{_settled_text(request)} Your reply was not recorded."
             await self._send_quietly(self._notice(request, sender, text, msg))
+
+
+def follow_up_text(request: Request) -> str:
+    """The follow-up mail's words once a request is settled elsewhere."""
+    if request.status == Status.ANSWERED:
+        what = verdict(request.approved) if request.kind == Kind.APPROVAL else f"answered ({request.answer})"
+        return f"Settled: {what} by {request.responder} via {request.channel}."
+    if request.status == Status.EXPIRED:
+        return f"Settled: {expired(request)}. No answer is needed any more."
+    return f"Settled: the request was {request.status.value}; no answer is needed any more."
