@@ -214,16 +214,10 @@ class Broker(BrokerViews):
 
     def route(self, spec: AskSpec) -> tuple[list[str], LadderConfig | None]:
         """The channels asked at once (the call's ``channels`` and ``to``, else the defaults') and the
-        escalation ladder that follows."""
-        ladder, default_to = self.policy.choose(spec.kind, spec.risk)
-        if spec.kind == Kind.NOTIFICATION:
-            ladder = None
-        names, people = (spec.channels, spec.to) if spec.channels or spec.to else (None, default_to)
-        if people:
-            names = [
-                *(names or ([] if spec.to else self.defaults.channels[spec.kind])),
-                *self.policy.channels_of(people),
-            ]
+        escalation ladder that follows (``escalation.Policy.route``)."""
+        names, ladder = self.policy.route(
+            spec.kind, spec.risk, spec.channels, spec.to, self.defaults.channels
+        )
         return self.check_channels(spec.kind, names, spec.risk), ladder
 
     async def ask(self, spec: AskSpec) -> tuple[Request, bool]:

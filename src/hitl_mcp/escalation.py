@@ -81,6 +81,25 @@ class Policy:
         to = by_risk.to if by_risk.to is not None else tool.to
         return (None if name == "none" else self.ladders.get(name)), list(to or [])
 
+    def route(
+        self,
+        kind: Kind,
+        risk: str | None,
+        channels: Sequence[str] | None,
+        to: Sequence[str] | None,
+        defaults: Mapping[Kind, Sequence[str]],
+    ) -> tuple[list[str] | None, LadderConfig | None]:
+        """The channel names a request goes to at once (None: the tool's defaults), and its ladder.
+        The call's ``channels`` and ``to`` together replace the defaults' channels and people."""
+        ladder, default_to = self.choose(kind, risk)
+        if kind == Kind.NOTIFICATION:
+            ladder = None
+        names, people = (channels, to) if channels or to else (None, default_to)
+        if not people:
+            return (list(names) if names else None), ladder
+        first = names or ([] if to else defaults[kind])
+        return [*first, *self.channels_of(people)], ladder
+
     def plan(self, ladder: LadderConfig, created_at: float, window: float | None) -> list[PlannedStep]:
         """The ladder's steps with their due times: ``after`` from the ask, ``at`` a share of the window
         (the request's timeout, also under ``keep_pending``)."""
