@@ -220,3 +220,19 @@ def test_a_person_without_an_identity_on_that_channel_cannot_be_allowed() -> Non
     assert str(info.value) == (
         "hitl.yaml:6: channels.phone.allowed_users[0]: person 'owner' has no identity on channel 'phone'"
     )
+
+
+def test_the_worked_example_in_the_docs_is_a_valid_config() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "escalation.md").read_text()
+    example = page.split("```yaml\n", 1)[1].split("```", 1)[0]
+    env = {
+        "NTFY_TOPIC": "hitl-x",
+        "TELEGRAM_BOT_TOKEN": BOT,
+        "SLACK_BOT_TOKEN": "xoxb-1",
+        "SLACK_APP_TOKEN": "xapp-1",
+    }
+    config = parse_config(example, source="escalation.md", env=env)
+    assert config.channels["ops"].allowed_users == ["U042", "U077"]  # type: ignore[attr-defined]
+    assert list(config.escalation) == ["default", "patient"]
