@@ -263,7 +263,7 @@ async def test_the_default_reminder_sends_again_saying_still_waiting() -> None:
     channel = Plain()
     request = Request(id="r1", kind=Kind.QUESTION, text="Deploy?", created_at=now())
     first = await channel.deliver(request)
-    again = await channel.remind(request, first)
+    again = await channel.remind(request, first, "remind#1:r1")
     assert channel.texts == ["Deploy?", "Still waiting: Deploy?"] and again.ref == "2"
 
 

@@ -118,7 +118,7 @@ class Outbox:
                         await channel.retract(request, first)
                         sent = Delivery()
                     else:
-                        sent = await channel.remind(request, first)
+                        sent = await channel.remind(request, first, f"{row.action}:{row.request_id}")
         except DeliveryError as exc:
             await self._failed(row, str(exc), exc.retry_after, exc.permanent, max_attempts)
         except TimeoutError:

@@ -321,11 +321,12 @@ class Channel:
         """Send the request (or a notification). Must work without ``start`` (``test-channel``)."""
         raise NotImplementedError
 
-    async def remind(self, request: Request, delivery: Delivery) -> Delivery:
+    async def remind(self, request: Request, delivery: Delivery, key: str) -> Delivery:
         """Remind the person of a request still waiting (an escalation ladder's ``remind`` step);
-        ``delivery`` is what ``deliver`` returned for it. By default the request is sent again,
-        worded "Still waiting: ..."; a channel that can reply to or edit its first message (a thread,
-        a reply) overrides this."""
+        ``delivery`` is what ``deliver`` returned for it, and ``key`` names this reminder (the same on
+        a retry: a channel that sends "at most once" keeps its progress under it). By default the
+        request is sent again, worded "Still waiting: ..."; a channel whose ``deliver`` sends each
+        request only once, or that can reply to or edit its first message, overrides this."""
         from hitl_mcp.wording import still_waiting
 
         return await self.deliver(request.model_copy(update={"text": still_waiting(request.text)}))

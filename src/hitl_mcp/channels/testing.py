@@ -53,7 +53,7 @@ class TestChannel(Channel):
         self.retracted.append((request.id, request.status, delivery.ref))
         self._changed()
 
-    async def remind(self, request: Request, delivery: Delivery) -> Delivery:
+    async def remind(self, request: Request, delivery: Delivery, key: str) -> Delivery:
         self.reminded.append((request.id, delivery.ref))
         self._changed()
         return Delivery(ref=f"reminder-{len(self.reminded)}")

@@ -24,7 +24,7 @@ from hitl_mcp.channels.base import (
 )
 from hitl_mcp.channels.email.replies import Unreadable, auto_reply_reason, read_answer, reply_text
 from hitl_mcp.models import Kind, Reply, Request, Status
-from hitl_mcp.wording import expired, verdict
+from hitl_mcp.wording import expired, still_waiting, verdict
 
 if TYPE_CHECKING:
     from imapclient import IMAPClient
@@ -96,6 +96,21 @@ class EmailChannel(_Composing, _Smtp, _Links, _Imap):
         return Delivery(
             ref=first, detail={"recipients": [_address(r) for r in self.config.to], "message_ids": ids}
         )
+
+    async def remind(self, request: Request, delivery: Delivery, key: str) -> Delivery:
+        """A short mail in the request's thread (In-Reply-To its first message), once per recipient:
+        ``deliver`` sends each recipient one mail per request, so the default would send nothing."""
+        state_key = f"{key.partition(':')[0]}:{request.id}"  # remind#<step>:<id>: pruned with the request
+        done: list[str] = await self.state.load(state_key, [])
+        recipients = delivery.detail.get("recipients") or [_address(r) for r in self.config.to]
+        text = f"{still_waiting(request.text)}\n\nAnswer through the first message of this thread."
+
+        async def sent(msg: EmailMessage) -> None:  # a retry after a partial failure skips these
+            done.append(_address(str(msg["To"])))
+            await self.state.save(state_key, done)
+
+        await self.send((self._notice(request, r, text, None) for r in recipients if r not in done), sent)
+        return Delivery(detail={"recipients": recipients})
 
     async def retract(self, request: Request, delivery: Delivery) -> None:
         if not self.config.follow_up or request.kind == Kind.NOTIFICATION:

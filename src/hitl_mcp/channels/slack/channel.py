@@ -145,11 +145,11 @@ class SlackChannel(BaseChannel):
             log.warning("slack %s: some direct messages failed: %s", self.name, "; ".join(detail["failed"]))
         return Delivery(ref=":".join(messages[0]), detail=detail)
 
-    async def remind(self, request: Request, delivery: Delivery) -> Delivery:
+    async def remind(self, request: Request, delivery: Delivery, key: str) -> Delivery:
         """A reply in the thread of each message the request was posted as (its buttons stay there)."""
         messages = delivery.detail.get("messages") or ([delivery.ref.split(":", 1)] if delivery.ref else [])
         if not messages:
-            return await super().remind(request, delivery)
+            return await super().remind(request, delivery, key)
         text = ":alarm_clock: " + _esc(still_waiting(_clip(request.text, 300)))
         for where, ts in messages:
             await _call(

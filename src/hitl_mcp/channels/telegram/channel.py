@@ -101,11 +101,11 @@ class TelegramChannel(TelegramInbound):
             ref=f"{chat}:{sent.message_id}", detail={"chat_id": chat, "message_id": sent.message_id}
         )
 
-    async def remind(self, request: Request, delivery: Delivery) -> Delivery:
+    async def remind(self, request: Request, delivery: Delivery, key: str) -> Delivery:
         """A reply to the request's own message (its buttons stay there), not a second copy."""
         chat, message_id = _where(delivery)
         if message_id is None:
-            return await super().remind(request, delivery)
+            return await super().remind(request, delivery, key)
         require_library()
         from telegram import ReplyParameters
 
