@@ -29,17 +29,17 @@ pytestmark = pytest.mark.anyio
 SLACK_SAM = "U0SAM"
 
 
-def remind_after_an_hour(broker: Broker) -> None:
+def remind_after_ten_minutes(broker: Broker) -> None:
     broker.policy = Policy(
-        ladders={"default": LadderConfig.model_validate({"steps": [{"after": "1h", "remind": True}]})}
+        ladders={"default": LadderConfig.model_validate({"steps": [{"after": "10m", "remind": True}]})}
     )
 
 
 async def remind_now(broker: Broker, request_id: str, created_at: float) -> None:
-    """An hour on (the step's clock), the reminder is queued where the request was sent (so once its
+    """Ten minutes on (the step's clock), the reminder is queued where the request was sent (so once its
     send is recorded); the outbox sends it."""
     await sent_row(broker, request_id)
-    assert [s.number for s in await broker.store.run_due_steps(created_at + 3600)] == [1]
+    assert [s.number for s in await broker.store.run_due_steps(created_at + 600)] == [1]
     broker.outbox.kick()
     with watching(broker, request_id) as changes:
         await until(
@@ -67,7 +67,7 @@ async def test_slack_reminds_in_the_thread(tmp_path: Path, slack_standin: tuple[
         }
     )
     async with channel_broker(tmp_path, lambda hub: slack.Channel("slack", config, hub)) as broker:
-        remind_after_an_hour(broker)
+        remind_after_ten_minutes(broker)
         request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Restart <db> & cache"))
         row = await sent_row(broker, request.id)
         where, ts = (row.ref or "").split(":")
@@ -95,7 +95,7 @@ async def test_telegram_reminds_as_a_reply_which_can_be_answered(tmp_path: Path)
             async with channel_broker(
                 tmp_path, lambda hub: telegram.Channel("telegram", config, hub)
             ) as broker:
-                remind_after_an_hour(broker)
+                remind_after_ten_minutes(broker)
                 request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Which <region>?"))
                 await sent_row(broker, request.id)
                 first = await stand.sent(1)
@@ -114,7 +114,7 @@ async def test_sms_reminds_once_per_number_with_the_reply_code(tmp_path: Path) -
     from tests.test_twilio_sms import ALICE, twilio_and_world
 
     async with twilio_and_world(tmp_path) as w:
-        remind_after_an_hour(w.broker)
+        remind_after_ten_minutes(w.broker)
         request = await w.ask(Kind.APPROVAL, "Deploy v2 to prod")
         c = await w.code(request.id)
         await remind_now(w.broker, request.id, request.created_at)
@@ -136,7 +136,7 @@ async def test_email_reminds_in_the_thread_once_per_recipient(state_dir: Path, c
 
     async with running(state_dir, email_config(smtp.port, certs, public_url=PUBLIC_URL)) as rt:
         broker = await rt.broker()
-        remind_after_an_hour(broker)
+        remind_after_ten_minutes(broker)
         rid = await ask(broker)
         first = await smtp.wait_for(2)
         request = await broker.get_or_raise(rid)
@@ -155,7 +155,7 @@ async def test_a_webhook_reminder_is_an_event_of_its_own(
     receiver: Any,  # noqa: F811 (the fixture imported above)
 ) -> None:
     async with hooked(tmp_path, hook_config(receiver.url)) as (broker, _):
-        remind_after_an_hour(broker)
+        remind_after_ten_minutes(broker)
         request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Deploy v2"))
         await remind_now(broker, request.id, request.created_at)
         (created,) = receiver.events("hitl.request.created")

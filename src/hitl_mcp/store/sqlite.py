@@ -802,15 +802,16 @@ class SqliteStore:
         due = (
             "FROM steps s JOIN requests r ON r.id = s.request_id"
             " WHERE s.status = 'scheduled' AND s.due_at <= ? AND r.status = 'pending'"
+            " AND (r.expires_at IS NULL OR r.expires_at > ?)"  # past its expiry: the sweep settles it
         )
 
         def work(db: sqlite3.Connection) -> Any:
-            if db.execute(f"SELECT 1 {due} LIMIT 1", (now,)).fetchone() is None:
+            if db.execute(f"SELECT 1 {due} LIMIT 1", (now, now)).fetchone() is None:
                 return []  # an idle poll takes no write lock
             ran = []
             with _transaction(db):
                 rows = db.execute(
-                    f"SELECT s.* {due} ORDER BY s.due_at, s.id LIMIT ?", (now, limit)
+                    f"SELECT s.* {due} ORDER BY s.due_at, s.id LIMIT ?", (now, now, limit)
                 ).fetchall()
                 for row in rows:
                     step = _step(row)
