@@ -199,6 +199,8 @@ async def test_an_answer_is_credited_to_the_person(tmp_path: Path) -> None:
         request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Who?"))
         await phone.reply(request.id, responder="u1", text="me")  # identities compare without case
         await phone.reply(request.id, responder="stranger", text="late")
+        done = await broker.get_or_raise(request.id)
+        assert (done.responder, done.channel, done.person) == ("u1", "push", "owner")
         answered = [
             (r.actor, r.data) for r in await broker.history.audit(request.id) if r.event == "answered"
         ]
@@ -299,6 +301,10 @@ escalation:
         answered = [r for r in await (await rt.broker()).history.audit(request.id) if r.event == "answered"]
         assert answered[0].actor == WEB_RESPONDER and answered[0].data["person"] == "owner"
         assert [s.status for s in await (await rt.broker()).store.steps(request.id)] == ["cancelled"]
+        waited = sc(
+            await client.call_tool("wait_for_response", {"request_id": request.id, "wait_seconds": 0})
+        )
+        assert (waited["responder"], waited["person"]) == (WEB_RESPONDER, "owner")
 
         wrong = await client.call_tool("ask_user", {"question": "Who?", "to": ["nobody"], "wait_seconds": 0})
         assert wrong.is_error and "unknown person 'nobody'; people: owner" in wrong.content[0].text  # type: ignore[union-attr]

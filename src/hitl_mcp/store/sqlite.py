@@ -175,8 +175,9 @@ MIGRATIONS: list[str] = [
     CREATE INDEX web_sessions_expiry ON web_sessions(expires_at);
     """,
     # 7: escalation steps, scheduled with the request and run (once, whichever process gets there
-    # first) when due; a step queues deliveries, or reminders as deliveries whose action is
-    # 'remind#<step>' (the UNIQUE (request_id, channel, action) allows one per channel per step)
+    # first) when due: a step queues deliveries, or reminders as deliveries whose action is
+    # 'remind#<step>' (the UNIQUE (request_id, channel, action) allows one per channel per step);
+    # and the person (config `people`) an answer is credited to
     """
     CREATE TABLE steps (
         id INTEGER PRIMARY KEY,
@@ -191,6 +192,7 @@ MIGRATIONS: list[str] = [
         UNIQUE (request_id, number)
     );
     CREATE INDEX steps_due ON steps(status, due_at);
+    ALTER TABLE requests ADD COLUMN person TEXT;
     """,
 ]
 
@@ -539,7 +541,7 @@ class SqliteStore:
                 if current.status == Status.PENDING:
                     cursor = db.execute(
                         "UPDATE requests SET status = 'answered', closed_at = ?, answer = ?, choice = ?,"
-                        " approved = ?, comment = ?, responder = ?, channel = ?"
+                        " approved = ?, comment = ?, responder = ?, channel = ?, person = ?"
                         " WHERE id = ? AND status = 'pending'",
                         (
                             at,
@@ -549,6 +551,7 @@ class SqliteStore:
                             outcome.get("comment"),
                             reply.responder,
                             reply.channel,
+                            reply.person,
                             request_id,
                         ),
                     )
@@ -594,7 +597,11 @@ class SqliteStore:
                 self._queue_retractions(db, request_id, at, silent)
                 fields = {name: outcome.get(name) for name in ("answer", "choice", "approved", "comment")}
                 fields.update(
-                    status=Status.ANSWERED, closed_at=at, responder=reply.responder, channel=reply.channel
+                    status=Status.ANSWERED,
+                    closed_at=at,
+                    responder=reply.responder,
+                    channel=reply.channel,
+                    person=reply.person,
                 )
                 return Settled(True, current.model_copy(update=fields))  # what the UPDATE wrote
 
@@ -1080,6 +1087,7 @@ def _request(row: sqlite3.Row) -> Request:
         comment=row["comment"],
         responder=row["responder"],
         channel=row["channel"],
+        person=row["person"],
         **body,
     )
 
