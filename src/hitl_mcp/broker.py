@@ -19,7 +19,9 @@ import anyio
 
 from hitl_mcp.broker_views import BrokerViews
 from hitl_mcp.channels.base import Channel
+from hitl_mcp.config.escalation import LadderConfig
 from hitl_mcp.errors import BrokerError, NotFound, ReplyInvalid, UnknownChannel
+from hitl_mcp.escalation import Policy
 from hitl_mcp.loops import forever, reason
 from hitl_mcp.models import (
     Kind,
@@ -81,6 +83,8 @@ class AskSpec:
     level: Level | None = None
     default_answer: str | None = None
     channels: list[str] | None = None
+    to: list[str] | None = None
+    """People asked (config ``people``): the channels where they have an identity, with ``channels``."""
     timeout_seconds: float | None = None
     idempotency_key: str | None = None
     session_key: str | None = None
@@ -109,6 +113,7 @@ class Broker(BrokerViews):
         *,
         state_dir: Path,
         public_url: str | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.store: Store = store
         self.history: History = store
@@ -117,6 +122,8 @@ class Broker(BrokerViews):
         self.defaults = defaults
         self.state_dir = state_dir
         self.public_url = public_url
+        self.policy = policy or Policy(types={name: "" for name in channels})
+        """People and escalation ladders (``escalation.Policy``)."""
         self.outbox = Outbox(store, self.channels)
         self._waiters: dict[str, set[anyio.Event]] = {}
         self._just_settled: dict[str, Request] = {}  # handed to this process's waiters: no re-read
@@ -205,11 +212,23 @@ class Broker(BrokerViews):
             )
         return chosen
 
+    def route(self, spec: AskSpec) -> tuple[list[str], LadderConfig | None]:
+        """The channels asked at once (the call's ``channels`` and ``to``, else the defaults') and the
+        escalation ladder that follows (``escalation.Policy.route``)."""
+        names, ladder = self.policy.route(
+            spec.kind, spec.risk, spec.channels, spec.to, self.defaults.channels
+        )
+        return self.check_channels(spec.kind, names, spec.risk), ladder
+
     async def ask(self, spec: AskSpec) -> tuple[Request, bool]:
-        """Store the request and queue its deliveries, or re-attach to the one it repeats."""
-        channels = self.check_channels(spec.kind, spec.channels, spec.risk)
+        """Store the request, queue its deliveries and schedule its escalation steps, or re-attach to
+        the one it repeats."""
+        channels, ladder = self.route(spec)
         created_at = now()
         timeout = spec.timeout_seconds or self.defaults.timeouts.get(spec.kind)
+        steps = [] if ladder is None else self.policy.plan(ladder, created_at, timeout)
+        if ladder is not None and ladder.on_timeout == "keep_pending":
+            timeout = None  # never expires; the window only placed the `at` steps
         allow_free_text = spec.allow_free_text if spec.allow_free_text is not None else not spec.choices
         request = Request(
             id=secrets.token_hex(8),
@@ -235,7 +254,7 @@ class Broker(BrokerViews):
             expires_at=created_at + timeout if timeout and spec.kind != Kind.NOTIFICATION else None,
         )
         try:
-            stored, created = await self.store.create(request, self._dedupe_key(request))
+            stored, created = await self.store.create(request, self._dedupe_key(request), steps)
         except KeyConflict:
             # no outcome and no id: the key's request may hold someone's answer to something else
             raise BrokerError(
@@ -337,6 +356,8 @@ class Broker(BrokerViews):
         not fit the request (``ReplyInvalid``) or an unknown id (``NotFound``)."""
         request = await self.get_or_raise(request_id)
         outcome = check_reply(request, reply) if request.status == Status.PENDING else {}
+        # credited to the person whose identity this is; the channel identity stays the actor
+        reply = reply.model_copy(update={"person": self.policy.person_of(reply.channel, reply.responder)})
         settled = await self.store.resolve(
             request_id, reply, outcome, expiry_outcome(request), silent_channels(self.channels)
         )

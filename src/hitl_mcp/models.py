@@ -104,6 +104,8 @@ class Request(BaseModel):
     comment: str | None = None
     responder: str | None = None
     channel: str | None = None
+    person: str | None = None
+    """The person (config ``people``) the responder's channel identity belongs to, when one does."""
 
     @property
     def short_id(self) -> str:
@@ -144,6 +146,8 @@ class Reply(BaseModel):
     choice: str | None = None
     decision: Decision | None = None
     comment: str | None = None
+    person: str | None = None
+    """The person (config ``people``) this channel identity belongs to: set by the broker, not channels."""
 
 
 class Outcome(BaseModel):
@@ -160,6 +164,9 @@ class Outcome(BaseModel):
     comment: str | None = None
     responder: str | None = Field(None, description="Who answered, as the channel knows them.")
     channel: str | None = Field(None, description="The channel the answer came through.")
+    person: str | None = Field(
+        None, description="The person (from the server's config) who answered, when the responder is one."
+    )
     asked_at: str
     answered_at: str | None = None
     waited_seconds: float = Field(description="How long this call waited.")

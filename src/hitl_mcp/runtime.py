@@ -22,6 +22,7 @@ from hitl_mcp.broker import AskDefaults, Broker
 from hitl_mcp.channels import channel_module
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.config import Config
+from hitl_mcp.escalation import policy_from_config
 from hitl_mcp.host_window import Linking
 from hitl_mcp.models import Kind
 from hitl_mcp.server import Settings, build_server
@@ -132,6 +133,7 @@ class Runtime:
                 ),
                 state_dir=self.state_dir,
                 public_url=self.config.server.public_url,
+                policy=policy_from_config(self.config),
             )
             for name, cfg in self.config.channels.items():
                 channel = channel_module(cfg.type).Channel(name, cfg, broker)

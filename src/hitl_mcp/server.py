@@ -54,6 +54,15 @@ ChannelList = Annotated[
         description="Channel names from the server's config to send to; omit for the configured defaults.",
     ),
 ]
+PeopleList = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=32)]] | None,
+    Field(
+        min_length=1,
+        max_length=10,
+        description="People from the server's config to ask (on every channel where they have an address), "
+        "with or instead of channels; omit for the configured defaults.",
+    ),
+]
 WaitSeconds = Annotated[
     float | None,
     Field(
@@ -179,10 +188,10 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         try:
             # the host's form where this client cannot show it is left out (and said so in the trail),
             # unless it is all there is: then the call says nobody can be reached
-            chosen = broker.check_channels(spec.kind, spec.channels, spec.risk)
+            chosen, _ = broker.route(spec)
             skipped = forms.unshowable(ctx, broker, chosen)
             if skipped and len(skipped) < len(chosen):
-                spec.channels = [name for name in chosen if name not in skipped]
+                spec.channels, spec.to = [name for name in chosen if name not in skipped], None
             request, created = await broker.ask(spec)
         except (BrokerError, StoreError) as exc:
             raise ToolError(str(exc)) from None
@@ -214,6 +223,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             str | None, Field(max_length=8000, description="Background the person needs to answer.")
         ] = None,
         channels: ChannelList = None,
+        to: PeopleList = None,
         wait_seconds: WaitSeconds = None,
         timeout_seconds: TimeoutSeconds = None,
         default_answer: Annotated[
@@ -234,6 +244,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             allow_free_text=allow_free_text,
             default_answer=default_answer,
             channels=channels,
+            to=to,
             timeout_seconds=timeout_seconds,
             idempotency_key=idempotency_key,
         )
@@ -261,6 +272,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             Literal["low", "medium", "high"] | None, Field(description="How risky it is.")
         ] = None,
         channels: ChannelList = None,
+        to: PeopleList = None,
         wait_seconds: WaitSeconds = None,
         timeout_seconds: TimeoutSeconds = None,
         idempotency_key: IdempotencyKey = None,
@@ -278,6 +290,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             payload=payload,
             risk=risk,
             channels=channels,
+            to=to,
             timeout_seconds=timeout_seconds,
             idempotency_key=idempotency_key,
         )
@@ -294,6 +307,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             Literal["info", "success", "warning", "error"], Field(description="How it should look.")
         ] = "info",
         channels: ChannelList = None,
+        to: PeopleList = None,
     ) -> Annotated[CallToolResult, NotifyResult]:
         """Tell the person something; does not wait for a reply. Reports which channels took it."""
         broker = await get_broker()
@@ -303,6 +317,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             title=title,
             level=level,
             channels=channels,
+            to=to,
             session_key=session_key(ctx),
             client_name=client_name(ctx),
             owner=owner(ctx),
