@@ -10,8 +10,9 @@ links, the call also offers the request in the host's own window (``host_forms.p
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -338,13 +339,33 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             raise ToolError(f"request_id: {exc}") from None
         return result(to_outcome(request, 0.0), request)
 
-    return MCPServer(
-        "hitl-mcp",
-        instructions=INSTRUCTIONS,
-        version=__version__,
-        request_state_security=security,
-        tools=tools,
-    )
+    with _root_logging_kept():
+        return MCPServer(
+            "hitl-mcp",
+            instructions=INSTRUCTIONS,
+            version=__version__,
+            request_state_security=security,
+            tools=tools,
+        )
+
+
+@contextlib.contextmanager
+def _root_logging_kept() -> Iterator[None]:
+    """``MCPServer()`` calls the SDK's ``configure_logging``, which imports rich where it is installed
+    (~20 ms of a cold start) for a handler that ``logging.basicConfig`` drops when the root logger has
+    handlers already (``cli.setup_logging``'s). Then the call changes nothing, and it is skipped."""
+    import mcp.server.mcpserver.server as sdk
+
+    names = vars(sdk)
+    saved = names.get("configure_logging")
+    skip = saved is not None and bool(logging.getLogger().handlers)
+    if skip:
+        names["configure_logging"] = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        if skip:
+            names["configure_logging"] = saved
 
 
 def call_budget(ctx: Context, settings: Settings, wait_seconds: float | None) -> float:

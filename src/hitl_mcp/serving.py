@@ -138,7 +138,7 @@ async def _serve(
         port = sock.getsockname()[1]
         app = runtime.http_app(mcp, transport, host, port)
         http = HttpServer(app, sock, runtime.config.server.http.header_timeout)
-        _settle_heap()
+        resume_collector()
 
         async def side() -> None:
             """The store and channels; when they cannot start, uvicorn stops gracefully, and the one
@@ -180,6 +180,7 @@ async def _serve(
             # side work meanwhile would compete for the GIL with those answers
             with anyio.move_on_after(SIDE_WORK_GRACE):
                 await runtime.wanted.wait()
+            resume_collector()  # the start is served; the first tool call waits for the store anyway
             await anyio.to_thread.run_sync(_import_side_modules)
             tg.start_soon(side_runtime)
             if sock is not None:
@@ -203,13 +204,15 @@ async def _serve(
         raise refused[0]
 
 
-def _settle_heap() -> None:
-    """Everything loaded so far lives as long as the process: take it out of the garbage
-    collector's full passes, which otherwise walk every SDK type and schema each time (and that
-    pause lands on whichever reply is being answered). HTTP only: a stdio server serves one host,
-    and by the time its side work has loaded a tool call is already in flight."""
+def resume_collector() -> None:
+    """The start is over: turn the garbage collector back on (``cli.main`` pauses it for a server's
+    start), and first take what is loaded out of its full passes. That lives as long as the process,
+    and each full pass would walk every SDK type and schema again, a pause that lands on whichever reply
+    is being answered. Over HTTP this runs before serving; over stdio once ``initialize`` and
+    ``tools/list`` are answered, before the side work loads."""
     gc.collect()
     gc.freeze()
+    gc.enable()
 
 
 def _import_side_modules() -> None:
