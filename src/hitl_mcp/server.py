@@ -10,11 +10,10 @@ links, the call also offers the request in the host's own window (``host_forms.p
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -24,15 +23,18 @@ from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnno
 from pydantic import Field
 
 from hitl_mcp import __version__, tool_args
-from hitl_mcp.broker import AskSpec, Broker, BrokerError
 from hitl_mcp.call_context import client_name, form_state, session_key
+from hitl_mcp.errors import BrokerError
 from hitl_mcp.host_forms import HostForms
 from hitl_mcp.host_window import Linking
 from hitl_mcp.hosts import host_budget
 from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json, client_identity
 from hitl_mcp.results import describe, describe_notification, format_duration, to_outcome
 from hitl_mcp.signing import SecretFile
-from hitl_mcp.store.base import StoreError
+
+if TYPE_CHECKING:  # the broker and the store load with the first tool call (or, over stdio, a second
+    # after the start): the tools' bodies import what they use of them
+    from hitl_mcp.broker import AskSpec, Broker
 
 log = logging.getLogger("hitl_mcp.server")
 
@@ -159,6 +161,8 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         return result(to_outcome(done.request, done.seconds, done.undelivered, inbox_url), done.request)
 
     async def asking(ctx: Context, spec: AskSpec, wait_seconds: float | None) -> Waited:
+        from hitl_mcp.store.base import StoreError
+
         broker = await get_broker()
         state = form_state(ctx)
         if state is not None:
@@ -217,6 +221,8 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
     ) -> Waited:
         """Ask the person a question and wait for the answer. Returns status "pending" if no answer
         came within this call: then call wait_for_response with the request_id; do not ask again."""
+        from hitl_mcp.broker import AskSpec
+
         if choices is not None and len(set(choices)) != len(choices):
             raise ToolError("choices: each choice must be different")
         spec = AskSpec(
@@ -262,6 +268,8 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         Only approved=true is an approval; a denial, expiry or cancellation means do not do it.
         Returns status "pending" if no decision came within this call: then call
         wait_for_response with the request_id; do not ask again."""
+        from hitl_mcp.broker import AskSpec
+
         if payload is not None and len(_json_size(payload)) > 64_000:
             raise ToolError("payload: at most 64,000 characters of JSON")
         spec = AskSpec(
@@ -289,6 +297,9 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         channels: ChannelList = None,
     ) -> Annotated[CallToolResult, NotifyResult]:
         """Tell the person something; does not wait for a reply. Reports which channels took it."""
+        from hitl_mcp.broker import AskSpec
+        from hitl_mcp.store.base import StoreError
+
         broker = await get_broker()
         spec = AskSpec(
             kind=Kind.NOTIFICATION,
@@ -339,33 +350,13 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             raise ToolError(f"request_id: {exc}") from None
         return result(to_outcome(request, 0.0), request)
 
-    with _root_logging_kept():
-        return MCPServer(
-            "hitl-mcp",
-            instructions=INSTRUCTIONS,
-            version=__version__,
-            request_state_security=security,
-            tools=tools,
-        )
-
-
-@contextlib.contextmanager
-def _root_logging_kept() -> Iterator[None]:
-    """``MCPServer()`` calls the SDK's ``configure_logging``, which imports rich where it is installed
-    (~20 ms of a cold start) for a handler that ``logging.basicConfig`` drops when the root logger has
-    handlers already (``cli.setup_logging``'s). Then the call changes nothing, and it is skipped."""
-    import mcp.server.mcpserver.server as sdk
-
-    names = vars(sdk)
-    saved = names.get("configure_logging")
-    skip = saved is not None and bool(logging.getLogger().handlers)
-    if skip:
-        names["configure_logging"] = lambda *args, **kwargs: None
-    try:
-        yield
-    finally:
-        if skip:
-            names["configure_logging"] = saved
+    return MCPServer(
+        "hitl-mcp",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        request_state_security=security,
+        tools=tools,
+    )
 
 
 def call_budget(ctx: Context, settings: Settings, wait_seconds: float | None) -> float:
