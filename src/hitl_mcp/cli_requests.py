@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import getpass
 import json
 import sqlite3
 import sys
@@ -254,6 +253,8 @@ async def find_one(broker: Broker, prefix: str) -> str:
 
 
 def resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
+    import getpass
+
     from hitl_mcp.broker import NotFound, ReplyInvalid
     from hitl_mcp.models import Reply
 
