@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from bench.cold_start import INITIALIZE, INITIALIZED, TOOLS_LIST  # the messages the bench times
 from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
 
@@ -142,6 +143,7 @@ NOT_AT_START = (
 
 
 def test_stdio_start_loads_only_what_tools_list_needs(tmp_path: Path, state_dir: Path) -> None:
+    """The start ``bench/cold_start.py`` times, up to the answer to ``tools/list``."""
     config = write_config(tmp_path / "hitl.yaml", free_port())
     loaded = tmp_path / "modules.json"
     code = "\n".join(
@@ -154,16 +156,6 @@ def test_stdio_start_loads_only_what_tools_list_needs(tmp_path: Path, state_dir:
             f"sys.exit(main(['serve', '--config', {str(config)!r}]))",
         )
     )
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
     server = subprocess.Popen(
         [PYTHON, "-c", code],
         stdin=subprocess.PIPE,
@@ -174,11 +166,10 @@ def test_stdio_start_loads_only_what_tools_list_needs(tmp_path: Path, state_dir:
     )
     assert server.stdin is not None and server.stdout is not None
     try:
-        server.stdin.write(json.dumps(initialize) + "\n")
+        server.stdin.write(json.dumps(INITIALIZE) + "\n")
         server.stdin.flush()
         assert "result" in json.loads(server.stdout.readline())
-        server.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
-        server.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}) + "\n")
+        server.stdin.write(json.dumps(INITIALIZED) + "\n" + json.dumps(TOOLS_LIST) + "\n")
         server.stdin.flush()
         assert len(json.loads(server.stdout.readline())["result"]["tools"]) == 5
         server.stdin.close()  # the host leaves: the server ends, and says what it had loaded
