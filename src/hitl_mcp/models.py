@@ -72,7 +72,8 @@ def client_identity(client_name: str | None, agent: str | None = None) -> str:
 class Request(BaseModel):
     """One durable request to a person. The row is the truth; waiters are views on it."""
 
-    model_config = ConfigDict(frozen=True)
+    # validators built at first use, not at import: a stdio start answers tools/list without one
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     id: str
     kind: Kind
@@ -138,7 +139,7 @@ class Request(BaseModel):
 class Reply(BaseModel):
     """An answer as a channel received it, before the broker decides whether it wins."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built at first use, as Request's
 
     channel: str
     responder: str

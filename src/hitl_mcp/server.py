@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -24,16 +24,19 @@ from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnno
 from pydantic import Field
 
 from hitl_mcp import __version__, tool_args
-from hitl_mcp.broker import AskSpec, Broker, BrokerError
 from hitl_mcp.call_context import client_name, form_state, session_key
+from hitl_mcp.errors import BrokerError
 from hitl_mcp.host_forms import HostForms
 from hitl_mcp.host_window import Linking
 from hitl_mcp.hosts import host_budget
 from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json, client_identity
 from hitl_mcp.results import describe_notification, format_duration, to_outcome, tool_result
 from hitl_mcp.signing import SecretFile
-from hitl_mcp.store.base import StoreError
 from hitl_mcp.tasks import TasksExtension, answering_as_task
+
+if TYPE_CHECKING:  # the broker and the store load with the first tool call (or, over stdio, a second
+    # after the start): the tools' bodies import what they use of them
+    from hitl_mcp.broker import AskSpec, Broker
 
 log = logging.getLogger("hitl_mcp.server")
 
@@ -175,6 +178,8 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         return tool_result(to_outcome(done.request, done.seconds, done.undelivered, inbox_url), done.request)
 
     async def asking(ctx: Context, spec: AskSpec, wait_seconds: float | None) -> Waited:
+        from hitl_mcp.store.base import StoreError
+
         broker = await get_broker()
         state = form_state(ctx)
         if state is not None:
@@ -234,6 +239,8 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
     ) -> Waited:
         """Ask the person a question and wait for the answer. Returns status "pending" if no answer
         came within this call: then call wait_for_response with the request_id; do not ask again."""
+        from hitl_mcp.broker import AskSpec
+
         if choices is not None and len(set(choices)) != len(choices):
             raise ToolError("choices: each choice must be different")
         spec = AskSpec(
@@ -281,6 +288,8 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         Only approved=true is an approval; a denial, expiry or cancellation means do not do it.
         Returns status "pending" if no decision came within this call: then call
         wait_for_response with the request_id; do not ask again."""
+        from hitl_mcp.broker import AskSpec
+
         if payload is not None and len(_json_size(payload)) > 64_000:
             raise ToolError("payload: at most 64,000 characters of JSON")
         spec = AskSpec(
@@ -310,6 +319,9 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         to: PeopleList = None,
     ) -> Annotated[CallToolResult, NotifyResult]:
         """Tell the person something; does not wait for a reply. Reports which channels took it."""
+        from hitl_mcp.broker import AskSpec
+        from hitl_mcp.store.base import StoreError
+
         broker = await get_broker()
         spec = AskSpec(
             kind=Kind.NOTIFICATION,
