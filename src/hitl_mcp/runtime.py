@@ -21,7 +21,6 @@ from starlette.applications import Starlette
 from hitl_mcp.channels import channel_module
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.config import Config
-from hitl_mcp.escalation import policy_from_config
 from hitl_mcp.host_window import Linking
 from hitl_mcp.models import Kind
 from hitl_mcp.server import Settings, build_server
@@ -110,6 +109,7 @@ class Runtime:
         """Open the store, start the channels and the broker's loops; runs until cancelled."""
         from hitl_mcp.anchor import configured_anchor
         from hitl_mcp.broker import AskDefaults, Broker
+        from hitl_mcp.escalation import policy_from_config
         from hitl_mcp.store.base import StoreError
         from hitl_mcp.store.sqlite import SqliteStore
 
