@@ -11,12 +11,12 @@ import hashlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 
+from hitl_mcp.asks import AskDefaults, AskSpec
 from hitl_mcp.broker_views import BrokerViews
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.config.escalation import LadderConfig
@@ -25,11 +25,9 @@ from hitl_mcp.escalation import Policy
 from hitl_mcp.loops import forever, reason
 from hitl_mcp.models import (
     Kind,
-    Level,
     NotifyResult,
     Reply,
     Request,
-    Risk,
     Settled,
     Status,
     canonical_json,
@@ -67,38 +65,6 @@ PRUNE_EVERY = 3600.0
 EXPIRY_RETRY_SECONDS = 1.0
 #: the expiry sweep looks at least this often: a request created by another process wakes no one here
 SWEEP_SECONDS = 30.0
-
-
-@dataclass
-class AskSpec:
-    kind: Kind
-    text: str
-    title: str | None = None
-    details: str | None = None
-    context: str | None = None
-    choices: list[str] | None = None
-    allow_free_text: bool | None = None
-    payload: Any = None
-    risk: Risk | None = None
-    level: Level | None = None
-    default_answer: str | None = None
-    channels: list[str] | None = None
-    to: list[str] | None = None
-    """People asked (config ``people``): the channels where they have an identity, with ``channels``."""
-    timeout_seconds: float | None = None
-    idempotency_key: str | None = None
-    session_key: str | None = None
-    client_name: str | None = None
-    owner: str = ""
-    """The client that asks (``models.client_identity``): its keys, its requests."""
-
-
-@dataclass(frozen=True)
-class AskDefaults:
-    """Per-kind channels and lifetimes, from the config's ``defaults``."""
-
-    channels: Mapping[Kind, list[str]]
-    timeouts: Mapping[Kind, float]
 
 
 OnTick = Callable[[float], Awaitable[None]]
@@ -341,13 +307,6 @@ class Broker(BrokerViews):
                 if not waiters:
                     del self._waiters[request_id]
                     self._just_settled.pop(request_id, None)
-
-    async def undelivered(self, request_id: str) -> list[dict[str, str]]:
-        """When every channel failed to deliver the request, why each failed; else empty."""
-        rows = [d for d in await self.store.deliveries(request_id) if d.action == "deliver"]
-        if rows and all(d.status == "failed" for d in rows):
-            return [{"channel": d.channel, "error": d.error or "failed"} for d in rows]
-        return []
 
     # --- settling --------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnno
 from pydantic import Field
 
 from hitl_mcp import __version__, tool_args
+from hitl_mcp.asks import AskSpec
 from hitl_mcp.call_context import client_name, form_state, session_key
 from hitl_mcp.errors import BrokerError
 from hitl_mcp.host_forms import HostForms
@@ -33,10 +34,18 @@ from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json
 from hitl_mcp.results import describe_notification, format_duration, to_outcome, tool_result
 from hitl_mcp.signing import SecretFile
 from hitl_mcp.tasks import TasksExtension, answering_as_task
+from hitl_mcp.tool_args import (
+    ChannelList,
+    IdempotencyKey,
+    PeopleList,
+    RequestId,
+    TimeoutSeconds,
+    WaitSeconds,
+)
 
 if TYPE_CHECKING:  # the broker and the store load with the first tool call (or, over stdio, a second
     # after the start): the tools' bodies import what they use of them
-    from hitl_mcp.broker import AskSpec, Broker
+    from hitl_mcp.broker import Broker
 
 log = logging.getLogger("hitl_mcp.server")
 
@@ -48,51 +57,6 @@ its request_id to keep waiting, and never ask the same thing again. An approval 
 when approved is true; an expired or cancelled approval is a no.
 """
 
-Text = Annotated[str, Field(min_length=1, max_length=4000)]
-ChannelList = Annotated[
-    list[Annotated[str, Field(min_length=1, max_length=32)]] | None,
-    Field(
-        min_length=1,
-        max_length=10,
-        description="Channel names from the server's config to send to; omit for the configured defaults.",
-    ),
-]
-PeopleList = Annotated[
-    list[Annotated[str, Field(min_length=1, max_length=32)]] | None,
-    Field(
-        min_length=1,
-        max_length=10,
-        description="People from the server's config to ask (on every channel where they have an address), "
-        "with or instead of channels; omit for the configured defaults.",
-    ),
-]
-WaitSeconds = Annotated[
-    float | None,
-    Field(
-        ge=0,
-        le=86400,
-        description="Wait at most this long in this call (clamped to what the host allows; 0: no wait).",
-    ),
-]
-TimeoutSeconds = Annotated[
-    float | None,
-    Field(
-        ge=1,
-        le=30 * 86400,
-        description="How long the person has to answer before the request expires (default from config).",
-    ),
-]
-IdempotencyKey = Annotated[
-    str | None,
-    Field(
-        min_length=1,
-        max_length=200,
-        pattern=r"^[\x21-\x7e]+$",
-        description="Your own key for this request: repeating a call with the same key re-attaches to it "
-        "instead of asking the person twice.",
-    ),
-]
-RequestId = Annotated[str, Field(min_length=1, max_length=64, description="The request_id a call returned.")]
 OutcomeResult = Annotated[CallToolResult, Outcome]
 #: what a blocking tool returns: the outcome, or (2026-07-28) the host's form to fill in first
 Waited = OutcomeResult | InputRequiredResult
@@ -239,7 +203,6 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
     ) -> Waited:
         """Ask the person a question and wait for the answer. Returns status "pending" if no answer
         came within this call: then call wait_for_response with the request_id; do not ask again."""
-        from hitl_mcp.broker import AskSpec
 
         if choices is not None and len(set(choices)) != len(choices):
             raise ToolError("choices: each choice must be different")
@@ -288,7 +251,6 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         Only approved=true is an approval; a denial, expiry or cancellation means do not do it.
         Returns status "pending" if no decision came within this call: then call
         wait_for_response with the request_id; do not ask again."""
-        from hitl_mcp.broker import AskSpec
 
         if payload is not None and len(_json_size(payload)) > 64_000:
             raise ToolError("payload: at most 64,000 characters of JSON")
@@ -319,7 +281,6 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         to: PeopleList = None,
     ) -> Annotated[CallToolResult, NotifyResult]:
         """Tell the person something; does not wait for a reply. Reports which channels took it."""
-        from hitl_mcp.broker import AskSpec
         from hitl_mcp.store.base import StoreError
 
         broker = await get_broker()
