@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -330,7 +330,11 @@ def nearest_rank(ordered: list[float], p: float) -> float:
 # --- the run ------------------------------------------------------------------------------------
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+WhileHeld = Callable[[Memory, list[Worker]], Awaitable[dict[str, Any]]]
+"""Run once every call is held and the outbox idle, before the replies; its figures are added."""
+
+
+async def run(args: argparse.Namespace, while_held: WhileHeld | None = None) -> dict[str, Any]:
     sessions, per_session = args.sessions, args.per_session
     total = sessions * per_session
     figures: dict[str, Any] = {"load_start": load_avg()}
@@ -380,6 +384,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     f"setup done after {figures['setup_seconds']:.1f} s: RSS {held['VmRSS']:.1f} MB "
                     f"(peak {held['VmHWM']:.1f} MB), {figures['fds']} fds; replying to all {len(ids)}"
                 )
+                if while_held is not None:
+                    figures.update(await while_held(memory, pool))
+                    check_workers(pool)
                 cpu_held = memory.cpu_seconds()
                 clients_held = sum(cpu_seconds(w.process.pid) for w in pool)
                 replies = await reply_all(http, order, args.in_flight)

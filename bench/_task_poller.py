@@ -1,0 +1,155 @@
+"""A polling client for ``bench/wait_cost.py``: a share of the waiting MCP tasks, in its own process.
+
+Started by the bench, never by hand. It speaks the 2026-07-28 protocol as Claude Code does over
+streamable HTTP: stateless JSON-RPC POSTs to ``/mcp``, each declaring the
+``io.modelcontextprotocol/tasks`` extension in its own ``_meta``, through one httpx2 client with
+``--connections`` keep-alive connections. Each task is polled on its own schedule: ``tasks/get``,
+then a sleep of the ``pollIntervalMs`` that answer gave (read again on every poll, as hosts do),
+until the task is no longer working. The first poll of each task is spread at random over one
+interval.
+
+Commands, one JSON object a line on stdin:
+
+- ``{"cmd": "poll", "ids": [...]}``: start polling these task ids;
+- ``{"cmd": "mark"}``: say how many polls have been answered so far, and the response times
+  (milliseconds) of those since the last mark;
+- ``{"cmd": "report"}``: say which tasks have completed, and when;
+- ``{"cmd": "stop"}``: stop polling and exit.
+
+JSON lines on stdout: ``{"event": "mark", ...}``, ``{"event": "report", "completed": [[task id,
+seen_at], ...], ...}`` where ``seen_at`` is ``time.time()`` just after the poll that saw the task
+completed was parsed, and ``{"event": "error", ...}`` for a task whose poll failed or that ended
+other than completed with an answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx2
+
+from _concurrency_client import describe, emit, raise_nofile
+
+EXTENSION = "io.modelcontextprotocol/tasks"
+VERSION = "2026-07-28"
+
+
+def task_meta(client_name: str) -> dict[str, Any]:
+    """What a 2026-07-28 request carries in ``params._meta``: version, client, the tasks extension."""
+    return {
+        "io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/clientInfo": {"name": client_name, "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}},
+    }
+
+
+def headers(method: str, name: str) -> dict[str, str]:
+    return {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": VERSION,
+        "Mcp-Method": method,
+        "Mcp-Name": name,
+    }
+
+
+async def rpc(
+    http: httpx2.AsyncClient, url: str, number: int, method: str, name: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    """One JSON-RPC request; its result, or RuntimeError with the error."""
+    body = {"jsonrpc": "2.0", "id": number, "method": method, "params": params}
+    response = await http.post(url, json=body, headers=headers(method, name))
+    response.raise_for_status()
+    data = response.json()
+    if "error" in data:
+        raise RuntimeError(f"{method} {name}: {data['error']}")
+    return data["result"]
+
+
+@dataclass
+class Poller:
+    url: str
+    client_name: str
+    http: httpx2.AsyncClient
+    polls: int = 0
+    errors: int = 0
+    times_ms: list[float] = field(default_factory=list)
+    completed: list[tuple[str, float]] = field(default_factory=list)
+    next_id: int = 0
+
+    async def drive(self, task_id: str, first_in: float) -> None:
+        await anyio.sleep(first_in)
+        meta = task_meta(self.client_name)
+        while True:
+            self.next_id += 1
+            t0 = time.perf_counter()
+            try:
+                params = {"taskId": task_id, "_meta": meta}
+                task = await rpc(self.http, self.url, self.next_id, "tasks/get", task_id, params)
+            except Exception as exc:
+                self.errors += 1
+                emit("error", task=task_id, error=describe(exc))
+                return
+            seen = time.time()
+            self.polls += 1
+            self.times_ms.append((time.perf_counter() - t0) * 1000)
+            if task["status"] == "completed":
+                data = task.get("result", {}).get("structuredContent") or {}
+                if data.get("status") == "answered":
+                    self.completed.append((task_id, seen))
+                else:
+                    emit("error", task=task_id, error=f"completed without an answer: {data}")
+                return
+            if task["status"] != "working":
+                emit("error", task=task_id, error=f"task {task['status']}: {task.get('statusMessage')}")
+                return
+            await anyio.sleep(task["pollIntervalMs"] / 1000)
+
+    async def commands(self, tg: anyio.abc.TaskGroup, interval: float) -> None:
+        stdin = anyio.wrap_file(sys.stdin)
+        async for line in stdin:
+            command = json.loads(line)
+            if command["cmd"] == "poll":
+                for task_id in command["ids"]:
+                    tg.start_soon(self.drive, task_id, random.uniform(0, interval))
+            elif command["cmd"] == "mark":
+                emit("mark", polls=self.polls, errors=self.errors, times_ms=self.times_ms, at=time.time())
+                self.times_ms = []
+            elif command["cmd"] == "report":
+                emit("report", completed=self.completed, polls=self.polls, errors=self.errors)
+            elif command["cmd"] == "stop":
+                break
+
+
+async def run(args: argparse.Namespace) -> None:
+    limits = httpx2.Limits(max_connections=args.connections, max_keepalive_connections=args.connections)
+    async with (
+        httpx2.AsyncClient(limits=limits, timeout=httpx2.Timeout(60.0), trust_env=False) as http,
+        anyio.create_task_group() as tg,
+    ):
+        poller = Poller(url=args.url, client_name=args.client_name, http=http)
+        emit("ready")
+        await poller.commands(tg, args.interval)
+        tg.cancel_scope.cancel()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--client-name", required=True)
+    parser.add_argument("--connections", type=int, required=True)
+    parser.add_argument("--interval", type=float, required=True, help="seconds over which first polls spread")
+    args = parser.parse_args()
+    raise_nofile()
+    anyio.run(run, args)
+
+
+if __name__ == "__main__":
+    main()
