@@ -2,8 +2,11 @@
 
 Started by the bench, never by hand. It speaks the 2026-07-28 protocol as Claude Code does over
 streamable HTTP: stateless JSON-RPC POSTs to ``/mcp``, each declaring the
-``io.modelcontextprotocol/tasks`` extension in its own ``_meta``, through one httpx2 client with
-``--connections`` keep-alive connections. Each task is polled on its own schedule: ``tasks/get``,
+``io.modelcontextprotocol/tasks`` extension in its own ``_meta``, over ``--connections`` keep-alive
+HTTP/1.1 connections shared by all its tasks. The requests are the bytes an HTTP client sends, written
+by hand (``Connections``): httpx2 costs the client about as much CPU per request as the server spends
+answering it, and the clients share the machine's two cores with the server. Each task is polled
+on its own schedule: ``tasks/get``,
 then a sleep of the ``pollIntervalMs`` that answer gave (read again on every poll, as hosts do),
 until the task is no longer working. The first poll of each task is spread at random over one
 interval.
@@ -30,11 +33,13 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
 import httpx2
+from anyio.streams.buffered import BufferedByteStream
 
 from _concurrency_client import describe, emit, raise_nofile
 
@@ -61,23 +66,71 @@ def headers(method: str, name: str) -> dict[str, str]:
 
 
 async def rpc(
-    http: httpx2.AsyncClient, url: str, number: int, method: str, name: str, params: dict[str, Any]
+    http: httpx2.AsyncClient | Connections,
+    url: str,
+    number: int,
+    method: str,
+    name: str,
+    params: dict[str, Any],
 ) -> dict[str, Any]:
     """One JSON-RPC request; its result, or RuntimeError with the error."""
     body = {"jsonrpc": "2.0", "id": number, "method": method, "params": params}
-    response = await http.post(url, json=body, headers=headers(method, name))
-    response.raise_for_status()
-    data = response.json()
+    if isinstance(http, Connections):
+        data = await http.post(body, headers(method, name))
+    else:
+        response = await http.post(url, json=body, headers=headers(method, name))
+        response.raise_for_status()
+        data = response.json()
     if "error" in data:
         raise RuntimeError(f"{method} {name}: {data['error']}")
-    return data["result"]
+    return cast(dict[str, Any], data["result"])
+
+
+class Connections:
+    """Keep-alive HTTP/1.1 connections to one server, each taken by one request at a time."""
+
+    def __init__(self, host: str, port: int, path: str, count: int) -> None:
+        self.host, self.port, self.path, self.count = host, port, path, count
+        self.send, self.take = anyio.create_memory_object_stream[BufferedByteStream | None](count)
+
+    async def open(self) -> None:
+        for _ in range(self.count):
+            self.send.send_nowait(None)  # opened when first taken
+
+    async def post(self, body: dict[str, Any], extra: dict[str, str]) -> dict[str, Any]:
+        """POST ``body`` as JSON; the response's JSON (status 200 only)."""
+        data = json.dumps(body, separators=(",", ":")).encode()
+        head = (
+            f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            "Content-Type: application/json\r\n"
+            + "".join(f"{k}: {v}\r\n" for k, v in extra.items())
+            + f"Content-Length: {len(data)}\r\n\r\n"
+        ).encode()
+        conn = await self.take.receive()
+        try:
+            if conn is None:
+                conn = BufferedByteStream(await anyio.connect_tcp(self.host, self.port))
+            await conn.send(head + data)
+            status_line, *lines = (await conn.receive_until(b"\r\n\r\n", 65536)).decode().split("\r\n")
+            fields = dict(line.split(": ", 1) for line in lines)
+            length = int(next(v for k, v in fields.items() if k.lower() == "content-length"))
+            content = await conn.receive_exactly(length)
+        except BaseException:
+            if conn is not None:
+                await conn.aclose()
+            self.send.send_nowait(None)
+            raise
+        self.send.send_nowait(conn)
+        if status_line.split()[1] != "200":
+            raise RuntimeError(f"{status_line}: {content[:200]!r}")
+        return cast(dict[str, Any], json.loads(content))
 
 
 @dataclass
 class Poller:
     url: str
     client_name: str
-    http: httpx2.AsyncClient
+    http: Connections
     polls: int = 0
     errors: int = 0
     times_ms: list[float] = field(default_factory=list)
@@ -129,12 +182,12 @@ class Poller:
 
 
 async def run(args: argparse.Namespace) -> None:
-    limits = httpx2.Limits(max_connections=args.connections, max_keepalive_connections=args.connections)
-    async with (
-        httpx2.AsyncClient(limits=limits, timeout=httpx2.Timeout(60.0), trust_env=False) as http,
-        anyio.create_task_group() as tg,
-    ):
-        poller = Poller(url=args.url, client_name=args.client_name, http=http)
+    url = urlsplit(args.url)
+    assert url.hostname is not None and url.port is not None
+    connections = Connections(url.hostname, url.port, url.path, args.connections)
+    await connections.open()
+    async with anyio.create_task_group() as tg:
+        poller = Poller(url=args.url, client_name=args.client_name, http=connections)
         emit("ready")
         await poller.commands(tg, args.interval)
         tg.cancel_scope.cancel()

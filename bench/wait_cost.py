@@ -42,9 +42,21 @@ import httpx2
 
 import concurrency
 from _concurrency_client import raise_nofile
-from _server import HOST, READY, TOKEN, server, stop_process, wait_delivered
+from _server import HOST, READY, TOKEN, server, wait_delivered
 from _task_poller import rpc, task_meta
-from concurrency import Memory, Worker, cpu_seconds, fmt, load_avg, log, machine, nearest_rank, reply_all
+from concurrency import (
+    Memory,
+    Worker,
+    cpu_seconds,
+    fmt,
+    load_avg,
+    log,
+    machine,
+    nearest_rank,
+    processes,
+    render,
+    reply_all,
+)
 
 POLLER = Path(__file__).resolve().parent / "_task_poller.py"
 GOAL_TASK_RSS_MB = 256.0
@@ -135,7 +147,6 @@ class PollerProcess(Worker):
 async def pollers(
     url: str, count: int, connections: int, interval: float
 ) -> AsyncIterator[list[PollerProcess]]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
     command = [
         sys.executable,
         str(POLLER),
@@ -144,31 +155,14 @@ async def pollers(
         f"--connections={connections}",
         f"--interval={interval}",
     ]
-    started: list[PollerProcess] = []
-    try:
-        async with anyio.create_task_group() as tg:
-            for index in range(count):
-                process = await anyio.open_process(command, env=env, stdin=-1, stdout=-1, stderr=-1)
-                poller = PollerProcess(index, process)
-                started.append(poller)
-                tg.start_soon(poller.drain_stdout)
-                tg.start_soon(poller.drain_stderr)
-            with anyio.fail_after(60):
-                for poller in started:
-                    await poller.ready.wait()
-                    if poller.dead():
-                        raise RuntimeError(poller.dead())
-            yield started
-            tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    async with processes([command] * count, env, PollerProcess) as started:
+        with anyio.fail_after(60):
             for poller in started:
-                if poller.process.returncode is None:
-                    with anyio.move_on_after(2):
-                        await poller.send({"cmd": "stop"})
-            async with anyio.create_task_group() as tg:
-                for poller in started:
-                    tg.start_soon(stop_process, poller.process, 10)
+                await poller.ready.wait()
+                if poller.dead():
+                    raise RuntimeError(poller.dead())
+        yield started
 
 
 async def create_tasks(mcp: httpx2.AsyncClient, url: str, count: int, in_flight: int) -> dict[str, str]:
@@ -362,13 +356,7 @@ def table(f: dict[str, Any]) -> str:
         ("load avg start/window/end", f"{f['load_start']} / {f['window_load_avg']} / {f['load_end']}"),
         ("machine", machine()),
     ]
-    width = max(len(name) for name, _ in rows)
-    out = [f"{name:<{width}}  {value}" for name, value in rows]
-    if f.get("client_error_sample"):
-        out.append(f"client errors, e.g.: {f['client_error_sample']}")
-    for line, count in f["server_stderr"]:
-        out.append(f"server stderr ({count}x): {line[:300]}")
-    return "\n".join(out)
+    return render(rows, f)
 
 
 def summary(f: dict[str, Any]) -> dict[str, Any]:
@@ -408,7 +396,7 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=5.0, help="tasks: seconds measured unpolled")
     parser.add_argument("--settle", type=float, default=3.0, help="tasks: seconds after the first interval")
     parser.add_argument("--pollers", type=int, default=2, help="tasks: polling client processes")
-    parser.add_argument("--connections", type=int, default=8, help="tasks: connections per polling client")
+    parser.add_argument("--connections", type=int, default=16, help="tasks: connections per polling client")
     parser.add_argument("--per-session", type=int, default=10, help="held: calls per session")
     parser.add_argument("--workers", type=int, default=4, help="held: client worker processes")
     parser.add_argument("--in-flight", type=int, default=50, help="reply POSTs (and task creations) at once")
