@@ -8,7 +8,8 @@ by hand (``Connections``): httpx2 costs the client about as much CPU per request
 answering it, and the clients share the machine's two cores with the server. Each task is polled
 on its own schedule: ``tasks/get``,
 then a sleep of the ``pollIntervalMs`` that answer gave (read again on every poll, as hosts do),
-until the task is no longer working. The first poll of each task is spread at random over one
+until the task is no longer working (``--poll-ms``: at that interval instead, to model a server that
+said so). The first poll of each task is spread at random over one
 interval.
 
 Commands, one JSON object a line on stdin:
@@ -136,6 +137,8 @@ class Poller:
     times_ms: list[float] = field(default_factory=list)
     completed: list[tuple[str, float]] = field(default_factory=list)
     next_id: int = 0
+    poll_ms: int = 0
+    """When not 0: the interval to keep instead of the server's (a server that said this)."""
 
     async def drive(self, task_id: str, first_in: float) -> None:
         await anyio.sleep(first_in)
@@ -163,7 +166,7 @@ class Poller:
             if task["status"] != "working":
                 emit("error", task=task_id, error=f"task {task['status']}: {task.get('statusMessage')}")
                 return
-            await anyio.sleep(task["pollIntervalMs"] / 1000)
+            await anyio.sleep((self.poll_ms or task["pollIntervalMs"]) / 1000)
 
     async def commands(self, tg: anyio.abc.TaskGroup, interval: float) -> None:
         stdin = anyio.wrap_file(sys.stdin)
@@ -187,7 +190,7 @@ async def run(args: argparse.Namespace) -> None:
     connections = Connections(url.hostname, url.port, url.path, args.connections)
     await connections.open()
     async with anyio.create_task_group() as tg:
-        poller = Poller(url=args.url, client_name=args.client_name, http=connections)
+        poller = Poller(url=args.url, client_name=args.client_name, http=connections, poll_ms=args.poll_ms)
         emit("ready")
         await poller.commands(tg, args.interval)
         tg.cancel_scope.cancel()
@@ -199,6 +202,7 @@ def main() -> None:
     parser.add_argument("--client-name", required=True)
     parser.add_argument("--connections", type=int, required=True)
     parser.add_argument("--interval", type=float, required=True, help="seconds over which first polls spread")
+    parser.add_argument("--poll-ms", type=int, default=0, help="poll this often, not at pollIntervalMs")
     args = parser.parse_args()
     raise_nofile()
     anyio.run(run, args)

@@ -18,6 +18,10 @@ returns; a task's next ``tasks/get`` says completed). Goals, for tasks at N = 10
 polling below 5 % of one core. The clients share the machine's cores with the server.
 
     .venv/bin/python bench/wait_cost.py [--requests 10000] [--mode held|tasks|both] [--window 30]
+                                        [--poll-ms 30000]
+
+``--poll-ms`` has the pollers keep that interval instead of the server's ``pollIntervalMs`` (2 s
+here): what a server that told hosts to poll less often would cost.
 
 Prints a table per figure, then one JSON line per figure, last on stdout. Progress goes to stderr.
 """
@@ -145,7 +149,7 @@ class PollerProcess(Worker):
 
 @asynccontextmanager
 async def pollers(
-    url: str, count: int, connections: int, interval: float
+    url: str, count: int, connections: int, interval: float, poll_ms: int
 ) -> AsyncIterator[list[PollerProcess]]:
     command = [
         sys.executable,
@@ -154,6 +158,7 @@ async def pollers(
         f"--client-name={HOST}",
         f"--connections={connections}",
         f"--interval={interval}",
+        f"--poll-ms={poll_ms}",
     ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     async with processes([command] * count, env, PollerProcess) as started:
@@ -222,9 +227,10 @@ async def tasks(args: argparse.Namespace) -> dict[str, Any]:
                 first = await rpc(
                     mcp, url, 0, "tasks/get", order[0][1], {"taskId": order[0][1], "_meta": task_meta(HOST)}
                 )
-                interval = first["pollIntervalMs"] / 1000
-                figures["poll_interval_ms"] = first["pollIntervalMs"]
-                async with pollers(url, args.pollers, args.connections, interval) as pool:
+                figures["server_poll_interval_ms"] = first["pollIntervalMs"]
+                figures["poll_interval_ms"] = args.poll_ms or first["pollIntervalMs"]
+                interval = figures["poll_interval_ms"] / 1000
+                async with pollers(url, args.pollers, args.connections, interval, args.poll_ms) as pool:
                     shuffled = [task_id for _, task_id in order]
                     random.shuffle(shuffled)
                     for index, poller in enumerate(pool):
@@ -335,7 +341,10 @@ def table(f: dict[str, Any]) -> str:
                 "created",
                 f"{fmt(f['create_seconds'], ' s')}, {fmt(f['cpu_per_task_ms'], ' ms', 2)} server CPU a task",
             ),
-            ("poll interval", f"{f['poll_interval_ms']} ms (the server's pollIntervalMs)"),
+            (
+                "poll interval",
+                f"{f['poll_interval_ms']} ms (the server's pollIntervalMs {f['server_poll_interval_ms']} ms)",
+            ),
             (
                 "polls answered",
                 f"{fmt(f['polls_per_s'], '/s')} of {fmt(f['wanted_per_s'], '/s')} wanted, "
@@ -395,6 +404,12 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=30.0, help="seconds of waiting measured")
     parser.add_argument("--idle", type=float, default=5.0, help="tasks: seconds measured unpolled")
     parser.add_argument("--settle", type=float, default=3.0, help="tasks: seconds after the first interval")
+    parser.add_argument(
+        "--poll-ms",
+        type=int,
+        default=0,
+        help="tasks: poll this often rather than at the server's pollIntervalMs",
+    )
     parser.add_argument("--pollers", type=int, default=2, help="tasks: polling client processes")
     parser.add_argument("--connections", type=int, default=16, help="tasks: connections per polling client")
     parser.add_argument("--per-session", type=int, default=10, help="held: calls per session")
