@@ -9,6 +9,8 @@ must not change this project's dependencies.
 from __future__ import annotations
 
 import argparse
+import compileall
+import importlib.util
 import json
 import os
 import shutil
@@ -84,6 +86,15 @@ def one_run(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     return (initialized - started) * 1000, (listed - started) * 1000
 
 
+def compile_ours() -> None:
+    """Our bytecode, compiled as installing the package compiles it (the reference's was, by pip). The
+    warm-up run would write it too, but not under PYTHONDONTWRITEBYTECODE: then a checkout compiles
+    every module from source on every start, some 90 ms that no installed server spends."""
+    spec = importlib.util.find_spec("hitl_mcp")
+    if spec is not None and spec.origin is not None:
+        compileall.compile_dir(Path(spec.origin).parent, quiet=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=15)
@@ -96,6 +107,7 @@ def main() -> None:
         ours_command = [str(Path(sys.executable).parent / "hitl-mcp"), "serve", "--config", str(config)]
         ours: list[tuple[float, float]] = []
         theirs: list[tuple[float, float]] = []
+        compile_ours()
         one_run(ours_command, env)  # warm the page cache and compile bytecode once for each
         one_run(reference, env)
         for _ in range(args.runs):

@@ -39,8 +39,8 @@ import sys
 import tempfile
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,32 +165,16 @@ class Worker:
 
 
 @asynccontextmanager
-async def workers(
-    port: int, sessions: int, per_session: int, count: int, wave_size: int
-) -> AsyncIterator[list[Worker]]:
-    env = dict(os.environ, HITL_BENCH_TOKEN=TOKEN, PYTHONUNBUFFERED="1")
+async def processes(
+    commands: list[list[str]], env: dict[str, str], kind: type[Worker] = Worker
+) -> AsyncIterator[list[Any]]:
+    """Client processes, one per command, read as ``kind``; asked to stop, then stopped, always."""
     started: list[Worker] = []
     try:
         async with anyio.create_task_group() as tg:
-            first = 0
-            for index in range(count):
-                share = sessions // count + (1 if index < sessions % count else 0)
-                if share == 0:
-                    continue
-                command = [
-                    sys.executable,
-                    str(CLIENT),
-                    f"--url=http://127.0.0.1:{port}/mcp",
-                    f"--api=http://127.0.0.1:{port}",
-                    f"--first={first}",
-                    f"--sessions={share}",
-                    f"--per-session={per_session}",
-                    f"--total-sessions={sessions}",
-                    f"--wave-size={wave_size}",
-                ]
-                first += share
+            for index, command in enumerate(commands):
                 process = await anyio.open_process(command, env=env, stdin=-1, stdout=-1, stderr=-1)
-                worker = Worker(index, process)
+                worker = kind(index, process)
                 started.append(worker)
                 tg.start_soon(worker.drain_stdout)
                 tg.start_soon(worker.drain_stderr)
@@ -205,6 +189,33 @@ async def workers(
             async with anyio.create_task_group() as tg:
                 for worker in started:
                     tg.start_soon(stop_process, worker.process, 10)
+
+
+def workers(
+    port: int, sessions: int, per_session: int, count: int, wave_size: int
+) -> AbstractAsyncContextManager[list[Worker]]:
+    env = dict(os.environ, HITL_BENCH_TOKEN=TOKEN, PYTHONUNBUFFERED="1")
+    commands: list[list[str]] = []
+    first = 0
+    for index in range(count):
+        share = sessions // count + (1 if index < sessions % count else 0)
+        if share == 0:
+            continue
+        commands.append(
+            [
+                sys.executable,
+                str(CLIENT),
+                f"--url=http://127.0.0.1:{port}/mcp",
+                f"--api=http://127.0.0.1:{port}",
+                f"--first={first}",
+                f"--sessions={share}",
+                f"--per-session={per_session}",
+                f"--total-sessions={sessions}",
+                f"--wave-size={wave_size}",
+            ]
+        )
+        first += share
+    return processes(commands, env)
 
 
 def check_workers(pool: list[Worker]) -> None:
@@ -330,7 +341,11 @@ def nearest_rank(ordered: list[float], p: float) -> float:
 # --- the run ------------------------------------------------------------------------------------
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+WhileHeld = Callable[[Memory, list[Worker]], Awaitable[dict[str, Any]]]
+"""Run once every call is held and the outbox idle, before the replies; its figures are added."""
+
+
+async def run(args: argparse.Namespace, while_held: WhileHeld | None = None) -> dict[str, Any]:
     sessions, per_session = args.sessions, args.per_session
     total = sessions * per_session
     figures: dict[str, Any] = {"load_start": load_avg()}
@@ -380,6 +395,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     f"setup done after {figures['setup_seconds']:.1f} s: RSS {held['VmRSS']:.1f} MB "
                     f"(peak {held['VmHWM']:.1f} MB), {figures['fds']} fds; replying to all {len(ids)}"
                 )
+                if while_held is not None:
+                    figures.update(await while_held(memory, pool))
+                    check_workers(pool)
                 cpu_held = memory.cpu_seconds()
                 clients_held = sum(cpu_seconds(w.process.pid) for w in pool)
                 replies = await reply_all(http, order, args.in_flight)
@@ -509,6 +527,11 @@ def table(f: dict[str, Any]) -> str:
         ("load avg start/held/end", f"{f['load_start']} / {f['load_avg']} / {f['load_end']}"),
         ("machine", machine()),
     ]
+    return render(rows, f)
+
+
+def render(rows: list[tuple[str, str]], f: dict[str, Any]) -> str:
+    """The rows as a table, then samples of what went wrong and the server's stderr."""
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
     if f.get("reply_failure_sample"):

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -20,6 +21,7 @@ from hitl_mcp.broker import AskSpec, Broker, UnknownChannel
 from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.channels.email import Channel as EmailChannel
 from hitl_mcp.channels.email import Config as EmailConfig
+from hitl_mcp.channels.email import Link
 from hitl_mcp.channels.email.replies import Unreadable, auto_reply_reason, read_answer
 from hitl_mcp.config import Config, ConfigError, load_config, parse_config
 from hitl_mcp.models import Kind, Status, now
@@ -586,6 +588,40 @@ async def test_link_ttl_bounds_the_link(state_dir: Path, certs: Certs, smtp: Smt
         link = channel.read_link(token)  # type: ignore[attr-defined]
         assert link is not None and link.request_id == rid
         assert 590 <= link.expires - now() <= 600
+
+
+# the tokens a fixed key made before email moved to hitl_mcp.signing: links and reply addresses already
+# sent must keep verifying under the key file already in the state directory, so these bytes never change
+PINNED_KEY = bytes(range(32)).hex()
+PINNED_REQUEST = "0123456789abcdef"
+PINNED_REPLY_TOKEN = "pikfmz3kzmp5ieik"
+PINNED_NONCE = "bm9uY2Utbm9u"
+PINNED_LINK = (
+    "0123456789abcdef.YWxpY2VAZXhhbXBsZS5jb20.approve.1900000000.bm9uY2Utbm9u.sp7tGs7X69fdfRb12lT3ag"
+)
+
+
+def test_tokens_keep_their_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    key_file = tmp_path / "email-email.key"
+    key_file.write_text(PINNED_KEY + "\n")
+    key_file.chmod(0o600)
+    config = parse_config(
+        """
+channels:
+  web: {type: web}
+  email: {type: email, smtp: {host: smtp.example.com}, from: hitl@example.com, to: alice@example.com}
+"""
+    )
+    hub = SimpleNamespace(public_url=None, state_dir=tmp_path)
+    channel = EmailChannel("email", config.channels["email"], hub)  # type: ignore[arg-type]
+    assert isinstance(channel, EmailChannel)
+    recipient = "Alice Example <Alice@Example.com>"
+    assert channel.reply_token(PINNED_REQUEST, recipient) == PINNED_REPLY_TOKEN
+    monkeypatch.setattr("secrets.token_urlsafe", lambda n: PINNED_NONCE)
+    assert channel.link_token(PINNED_REQUEST, recipient, "approve", 1900000000) == PINNED_LINK
+    assert channel.read_link(PINNED_LINK) == Link(PINNED_REQUEST, ALICE, "approve", 1900000000, PINNED_NONCE)
+    assert channel.read_link(PINNED_LINK[:-1] + "A") is None  # one character off: not ours
+    assert key_file.read_text() == PINNED_KEY + "\n"  # the key file is used as it is
 
 
 # ------------------------------------------------------------------------------- IMAP robustness

@@ -192,6 +192,7 @@ def test_structured_outcome_of_an_answered_question() -> None:
         "comment": "closest",
         "responder": "alice",
         "channel": "slack",
+        "person": None,
         "asked_at": "2026-01-01T00:00:00.000Z",
         "answered_at": "2026-01-01T00:01:15.500Z",
         "waited_seconds": 12.346,

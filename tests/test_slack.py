@@ -405,7 +405,7 @@ async def test_cancel_and_expiry_replace_the_buttons(
         second = await delivered(stand, broker, lapsed)
         await broker.expire(lapsed.id)
         await until(lambda: second.versions, stand.changes)
-        assert "Expired — no answer, treated as denied" in second.all_text() and buttons(second) == {}
+        assert "Expired — no answer; not approved" in second.all_text() and buttons(second) == {}
 
 
 # --------------------------------------------------------------------- rate limits and failures

@@ -899,3 +899,77 @@ async def test_list_gives_a_hundred_at_most_unless_asked_for_more(engine: Engine
         await store.create(ask(text=f"Q{i}", created_at=at + i), None)
     assert len(await store.list()) == 100
     assert len(await store.list(limit=101)) == 101
+
+
+# ------------------------------------------------------------------------------ escalation steps
+
+
+def planned(number: int, due_at: float, action: str = "notify", channels: list[str] | None = None) -> Any:
+    from hitl_mcp.store.base import PlannedStep
+
+    label = "remind" if action == "remind" else f"notify {', '.join(channels or [])}"
+    return PlannedStep(number, due_at, action, channels or [], label)
+
+
+async def test_steps_are_scheduled_with_the_request_and_run_once_when_due(engine: Engine) -> None:
+    store = engine.store
+    request = ask(channels=["a"])
+    steps = [
+        planned(1, request.created_at + 10, channels=["a", "b"]),
+        planned(2, request.created_at + 20, "remind"),
+    ]
+    await store.create(request, None, steps)
+    assert [(s.number, s.status, s.label) for s in await store.steps(request.id)] == [
+        (1, "scheduled", "notify a, b"),
+        (2, "scheduled", "remind"),
+    ]
+    assert await store.run_due_steps(request.created_at + 5) == []
+    (first,) = await store.run_due_steps(request.created_at + 10)
+    assert (first.number, first.status, first.channels) == (1, "done", ["b"])  # "a" had it already
+    assert (await store.get(request.id)).channels == ["a", "b"]  # type: ignore[union-attr]
+    other = await engine.connect()  # another process on the same database
+    try:
+        assert await other.run_due_steps(request.created_at + 10) == []
+        rows = await store.claim_deliveries(["a", "b"], now(), 60, 10)
+        for row in rows:
+            await store.finish_delivery(row.id, status="sent", ref=f"{row.channel}-1")
+        (second,) = await other.run_due_steps(request.created_at + 20)
+        assert (second.number, second.channels) == (2, ["a", "b"])
+        assert await store.run_due_steps(request.created_at + 9999) == []
+    finally:
+        await other.close()
+    reminders = [
+        (d.channel, d.action, d.status) for d in await store.deliveries(request.id) if d.action != "deliver"
+    ]
+    assert reminders == [("a", "remind#2", "queued"), ("b", "remind#2", "queued")]
+    sent = [(e, d) for e, _, d in await events(store, request.id) if e == "step_sent"]
+    assert sent == [
+        ("step_sent", {"step": 1, "action": "notify a, b", "channels": ["b"]}),
+        ("step_sent", {"step": 2, "action": "remind", "channels": ["a", "b"]}),
+    ]
+
+
+async def test_settling_cancels_the_steps_and_drops_queued_reminders(engine: Engine) -> None:
+    store = engine.store
+    request = ask(channels=["a"])
+    await store.create(
+        request, None, [planned(1, request.created_at, "remind"), planned(2, request.created_at + 60)]
+    )
+    (row,) = await store.claim_deliveries(["a"], now(), 60, 10)
+    await store.finish_delivery(row.id, status="sent", ref="a-1")
+    await store.run_due_steps(request.created_at)
+    await resolve(store, request.id, reply(), {"answer": "yes"})  # type: ignore[arg-type]
+    assert [(s.number, s.status) for s in await store.steps(request.id)] == [(1, "done"), (2, "cancelled")]
+    reminder = next(d for d in await store.deliveries(request.id) if d.action == "remind#1")
+    assert reminder.status == "skipped"
+    assert ("steps_cancelled", None, {"steps": ["2: notify "]}) in await events(store, request.id)
+    assert await store.run_due_steps(request.created_at + 9999) == []
+
+
+async def test_a_step_of_a_request_past_its_expiry_waits_for_the_expiry(engine: Engine) -> None:
+    store = engine.store
+    request = ask(expires_at=now() + 5)
+    await store.create(request, None, [planned(1, request.created_at + 10, channels=["b"])])
+    assert await store.run_due_steps(request.created_at + 10) == []
+    await close_request(store, request.id, Status.EXPIRED, "expiry", {"answer": None})  # type: ignore[arg-type]
+    assert [s.status for s in await store.steps(request.id)] == ["cancelled"]

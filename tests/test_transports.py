@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
 import pytest
+from bench.cold_start import INITIALIZE, INITIALIZED, TOOLS_LIST  # the messages the bench times
 from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
 
@@ -118,3 +121,62 @@ async def test_refuses_non_loopback_without_token(tmp_path: Path, state_dir: Pat
     )
     assert result.returncode == 2
     assert b"refusing to listen on 0.0.0.0" in result.stderr
+
+
+#: what a stdio start must not load before it has answered ``tools/list``: the store, the broker and the
+#: inbox's pages come with the side work (``serving.SIDE_MODULES``), channels and their libraries only when
+#: configured, and rich (the SDK's log handler, which our own handlers replace) never
+NOT_AT_START = (
+    "aiosqlite",
+    "hitl_mcp.broker",
+    "hitl_mcp.outbox",
+    "hitl_mcp.store.base",
+    "hitl_mcp.store.sqlite",
+    "hitl_mcp.web.app",
+    "hitl_mcp.web.pages",
+    "jinja2",
+    "hitl_mcp.channels.email",
+    "slack_sdk",
+    "twilio",
+    "rich",
+)
+
+
+def test_stdio_start_loads_only_what_tools_list_needs(tmp_path: Path, state_dir: Path) -> None:
+    """The start ``bench/cold_start.py`` times, up to the answer to ``tools/list``."""
+    config = write_config(tmp_path / "hitl.yaml", free_port())
+    loaded = tmp_path / "modules.json"
+    code = "\n".join(
+        (
+            "import atexit, json, sys",
+            "import hitl_mcp.serving",
+            "hitl_mcp.serving.SIDE_WORK_GRACE = 3600  # no tool call comes: the side work never starts",
+            f"atexit.register(lambda: open({str(loaded)!r}, 'w').write(json.dumps(sorted(sys.modules))))",
+            "from hitl_mcp.cli import main",
+            f"sys.exit(main(['serve', '--config', {str(config)!r}]))",
+        )
+    )
+    server = subprocess.Popen(
+        [PYTHON, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=server_env(state_dir),
+        text=True,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        server.stdin.write(json.dumps(INITIALIZE) + "\n")
+        server.stdin.flush()
+        assert "result" in json.loads(server.stdout.readline())
+        server.stdin.write(json.dumps(INITIALIZED) + "\n" + json.dumps(TOOLS_LIST) + "\n")
+        server.stdin.flush()
+        assert len(json.loads(server.stdout.readline())["result"]["tools"]) == 5
+        server.stdin.close()  # the host leaves: the server ends, and says what it had loaded
+        assert server.wait(30) == 0
+    finally:
+        server.kill()
+        server.wait()
+    modules = set(json.loads(loaded.read_text()))
+    assert "hitl_mcp.server" in modules
+    assert [name for name in NOT_AT_START if name in modules] == []

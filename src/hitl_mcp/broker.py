@@ -11,23 +11,23 @@ import hashlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 
+from hitl_mcp.asks import AskDefaults, AskSpec
 from hitl_mcp.broker_views import BrokerViews
 from hitl_mcp.channels.base import Channel
+from hitl_mcp.config.escalation import LadderConfig
 from hitl_mcp.errors import BrokerError, NotFound, ReplyInvalid, UnknownChannel
+from hitl_mcp.escalation import Policy
 from hitl_mcp.loops import forever, reason
 from hitl_mcp.models import (
     Kind,
-    Level,
     NotifyResult,
     Reply,
     Request,
-    Risk,
     Settled,
     Status,
     canonical_json,
@@ -67,36 +67,6 @@ EXPIRY_RETRY_SECONDS = 1.0
 SWEEP_SECONDS = 30.0
 
 
-@dataclass
-class AskSpec:
-    kind: Kind
-    text: str
-    title: str | None = None
-    details: str | None = None
-    context: str | None = None
-    choices: list[str] | None = None
-    allow_free_text: bool | None = None
-    payload: Any = None
-    risk: Risk | None = None
-    level: Level | None = None
-    default_answer: str | None = None
-    channels: list[str] | None = None
-    timeout_seconds: float | None = None
-    idempotency_key: str | None = None
-    session_key: str | None = None
-    client_name: str | None = None
-    owner: str = ""
-    """The client that asks (``models.client_identity``): its keys, its requests."""
-
-
-@dataclass(frozen=True)
-class AskDefaults:
-    """Per-kind channels and lifetimes, from the config's ``defaults``."""
-
-    channels: Mapping[Kind, list[str]]
-    timeouts: Mapping[Kind, float]
-
-
 OnTick = Callable[[float], Awaitable[None]]
 
 
@@ -109,6 +79,7 @@ class Broker(BrokerViews):
         *,
         state_dir: Path,
         public_url: str | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.store: Store = store
         self.history: History = store
@@ -117,6 +88,8 @@ class Broker(BrokerViews):
         self.defaults = defaults
         self.state_dir = state_dir
         self.public_url = public_url
+        self.policy = policy or Policy(types={name: "" for name in channels})
+        """People and escalation ladders (``escalation.Policy``)."""
         self.outbox = Outbox(store, self.channels)
         self._waiters: dict[str, set[anyio.Event]] = {}
         self._just_settled: dict[str, Request] = {}  # handed to this process's waiters: no re-read
@@ -205,11 +178,23 @@ class Broker(BrokerViews):
             )
         return chosen
 
+    def route(self, spec: AskSpec) -> tuple[list[str], LadderConfig | None]:
+        """The channels asked at once (the call's ``channels`` and ``to``, else the defaults') and the
+        escalation ladder that follows (``escalation.Policy.route``)."""
+        names, ladder = self.policy.route(
+            spec.kind, spec.risk, spec.channels, spec.to, self.defaults.channels
+        )
+        return self.check_channels(spec.kind, names, spec.risk), ladder
+
     async def ask(self, spec: AskSpec) -> tuple[Request, bool]:
-        """Store the request and queue its deliveries, or re-attach to the one it repeats."""
-        channels = self.check_channels(spec.kind, spec.channels, spec.risk)
+        """Store the request, queue its deliveries and schedule its escalation steps, or re-attach to
+        the one it repeats."""
+        channels, ladder = self.route(spec)
         created_at = now()
         timeout = spec.timeout_seconds or self.defaults.timeouts.get(spec.kind)
+        steps = [] if ladder is None else self.policy.plan(ladder, created_at, timeout)
+        if ladder is not None and ladder.on_timeout == "keep_pending":
+            timeout = None  # never expires; the window only placed the `at` steps
         allow_free_text = spec.allow_free_text if spec.allow_free_text is not None else not spec.choices
         request = Request(
             id=secrets.token_hex(8),
@@ -235,7 +220,7 @@ class Broker(BrokerViews):
             expires_at=created_at + timeout if timeout and spec.kind != Kind.NOTIFICATION else None,
         )
         try:
-            stored, created = await self.store.create(request, self._dedupe_key(request))
+            stored, created = await self.store.create(request, self._dedupe_key(request), steps)
         except KeyConflict:
             # no outcome and no id: the key's request may hold someone's answer to something else
             raise BrokerError(
@@ -323,13 +308,6 @@ class Broker(BrokerViews):
                     del self._waiters[request_id]
                     self._just_settled.pop(request_id, None)
 
-    async def undelivered(self, request_id: str) -> list[dict[str, str]]:
-        """When every channel failed to deliver the request, why each failed; else empty."""
-        rows = [d for d in await self.store.deliveries(request_id) if d.action == "deliver"]
-        if rows and all(d.status == "failed" for d in rows):
-            return [{"channel": d.channel, "error": d.error or "failed"} for d in rows]
-        return []
-
     # --- settling --------------------------------------------------------------------------
 
     async def resolve(self, request_id: str, reply: Reply) -> Settled:
@@ -337,6 +315,8 @@ class Broker(BrokerViews):
         not fit the request (``ReplyInvalid``) or an unknown id (``NotFound``)."""
         request = await self.get_or_raise(request_id)
         outcome = check_reply(request, reply) if request.status == Status.PENDING else {}
+        # credited to the person whose identity this is; the channel identity stays the actor
+        reply = reply.model_copy(update={"person": self.policy.person_of(reply.channel, reply.responder)})
         settled = await self.store.resolve(
             request_id, reply, outcome, expiry_outcome(request), silent_channels(self.channels)
         )

@@ -87,6 +87,13 @@ class BrokerViews:
         """A cheap read that raises when the store cannot answer (``/healthz``)."""
         await self.store.last_seq()
 
+    async def undelivered(self, request_id: str) -> list[dict[str, str]]:
+        """When every channel failed to deliver the request, why each failed; else empty."""
+        rows = [d for d in await self.store.deliveries(request_id) if d.action == "deliver"]
+        if rows and all(d.status == "failed" for d in rows):
+            return [{"channel": d.channel, "error": d.error or "failed"} for d in rows]
+        return []
+
     async def deliveries(self, request_id: str) -> list[DeliveryRow]:
         return await self.history.deliveries(request_id)
 

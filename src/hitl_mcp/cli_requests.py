@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import getpass
 import json
 import sqlite3
 import sys
@@ -20,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from hitl_mcp.config import Config, load_config, resolve_state_dir
 from hitl_mcp.terminal import block, visible
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without the broker's imports
+if TYPE_CHECKING:  # imported where used: the CLI starts without the broker's or the config's imports
     from hitl_mcp.broker import Broker
+    from hitl_mcp.config import Config
 
 #: the text of a listing starts after the id (16 characters) and two spaces
 INDENT = " " * 18
@@ -35,6 +34,8 @@ class CliError(Exception):
 
 
 def config_and_state(args: argparse.Namespace) -> tuple[Config, Any]:
+    from hitl_mcp.config import load_config, resolve_state_dir
+
     config = load_config(args.config)
     return config, resolve_state_dir(config, getattr(args, "state_dir", None))
 
@@ -252,6 +253,8 @@ async def find_one(broker: Broker, prefix: str) -> str:
 
 
 def resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
+    import getpass
+
     from hitl_mcp.broker import NotFound, ReplyInvalid
     from hitl_mcp.models import Reply
 

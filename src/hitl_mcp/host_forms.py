@@ -32,6 +32,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 from mcp.server.mcpserver import Context
@@ -43,7 +44,6 @@ from mcp.types import (
     InputRequiredResult,
 )
 
-from hitl_mcp.broker import Broker, ReplyInvalid
 from hitl_mcp.call_context import INPUT_REQUIRED_VERSION as INPUT_REQUIRED_VERSION  # re-exported
 from hitl_mcp.call_context import (
     AnyContext,
@@ -56,9 +56,13 @@ from hitl_mcp.call_context import (
     session_key,
 )
 from hitl_mcp.channels import elicitation
+from hitl_mcp.errors import ReplyInvalid
 from hitl_mcp.host_window import LINK_TTL as LINK_TTL  # re-exported
 from hitl_mcp.host_window import Linking, link_message, render_form
 from hitl_mcp.models import Request
+
+if TYPE_CHECKING:  # the broker loads after a stdio start is served (serving.SIDE_MODULES)
+    from hitl_mcp.broker import Broker
 
 log = logging.getLogger("hitl_mcp.server")
 

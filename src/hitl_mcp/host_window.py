@@ -5,11 +5,14 @@ or a link to its inbox page with the message that goes with it. ``host_forms`` r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from hitl_mcp.broker import Broker
 from hitl_mcp.channels import elicitation
 from hitl_mcp.models import Kind, Request, now
 from hitl_mcp.web.links import LINK_PATH, RequestLinks
+
+if TYPE_CHECKING:  # the broker loads after a stdio start is served (serving.SIDE_MODULES)
+    from hitl_mcp.broker import Broker
 
 __all__ = ["LINK_TTL", "Linking", "link_message", "render_form"]
 

@@ -72,7 +72,8 @@ def client_identity(client_name: str | None, agent: str | None = None) -> str:
 class Request(BaseModel):
     """One durable request to a person. The row is the truth; waiters are views on it."""
 
-    model_config = ConfigDict(frozen=True)
+    # validators built at first use, not at import: a stdio start answers tools/list without one
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     id: str
     kind: Kind
@@ -104,6 +105,8 @@ class Request(BaseModel):
     comment: str | None = None
     responder: str | None = None
     channel: str | None = None
+    person: str | None = None
+    """The person (config ``people``) the responder's channel identity belongs to, when one does."""
 
     @property
     def short_id(self) -> str:
@@ -136,7 +139,7 @@ class Request(BaseModel):
 class Reply(BaseModel):
     """An answer as a channel received it, before the broker decides whether it wins."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built at first use, as Request's
 
     channel: str
     responder: str
@@ -144,6 +147,8 @@ class Reply(BaseModel):
     choice: str | None = None
     decision: Decision | None = None
     comment: str | None = None
+    person: str | None = None
+    """The person (config ``people``) this channel identity belongs to: set by the broker, not channels."""
 
 
 class Outcome(BaseModel):
@@ -160,6 +165,9 @@ class Outcome(BaseModel):
     comment: str | None = None
     responder: str | None = Field(None, description="Who answered, as the channel knows them.")
     channel: str | None = Field(None, description="The channel the answer came through.")
+    person: str | None = Field(
+        None, description="The person (from the server's config) who answered, when the responder is one."
+    )
     asked_at: str
     answered_at: str | None = None
     waited_seconds: float = Field(description="How long this call waited.")

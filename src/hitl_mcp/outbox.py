@@ -52,6 +52,14 @@ class Outbox:
         """Claim what is due and start an attempt on each; wait for more. One round of the loop
         the broker keeps alive (``loops.forever``): attempts run on after the round returns."""
         assert self._attempts is not None, "run_once runs inside run"
+        for step in await self.store.run_due_steps(now()):
+            log.info(
+                "request %s: step %d (%s) queued on %s",
+                step.request_id,
+                step.number,
+                step.label,
+                step.channels,
+            )
         rows = await self.store.claim_deliveries(list(self.channels), now(), LEASE_SECONDS, 64)
         for row in rows:
             self._attempts.start_soon(self._attempt_logged, row)
@@ -92,8 +100,9 @@ class Outbox:
         if request is None:
             await self.store.finish_delivery(row.id, status="failed", error="request not found")
             return
-        if row.action == "deliver" and request.status not in (Status.PENDING, Status.NOTIFIED):
-            # settled since this send was queued (a retry, or a lease taken over): nobody needs it now
+        if row.action != "retract" and request.status not in (Status.PENDING, Status.NOTIFIED):
+            # settled since this send (or reminder) was queued (a retry, or a lease taken over):
+            # nobody needs it now
             await self.store.finish_delivery(row.id, status="skipped")
             return
         try:
@@ -101,11 +110,15 @@ class Outbox:
                 if row.action == "deliver":
                     sent = await channel.deliver(request)
                 else:
-                    sent = Delivery()
+                    first = Delivery()  # what the request's own send returned, for a reply or an edit
                     for other in await self.store.deliveries(row.request_id):
                         if other.action == "deliver" and other.channel == row.channel:
-                            sent = Delivery(ref=other.ref, detail=other.detail)
-                    await channel.retract(request, sent)
+                            first = Delivery(ref=other.ref, detail=other.detail)
+                    if row.action == "retract":
+                        await channel.retract(request, first)
+                        sent = Delivery()
+                    else:
+                        sent = await channel.remind(request, first, f"{row.action}:{row.request_id}")
         except DeliveryError as exc:
             await self._failed(row, str(exc), exc.retry_after, exc.permanent, max_attempts)
         except TimeoutError:

@@ -28,6 +28,7 @@ def to_outcome(
         comment=request.comment,
         responder=request.responder,
         channel=request.channel,
+        person=request.person,
         asked_at=iso(request.created_at) or "",
         answered_at=iso(request.closed_at),
         waited_seconds=round(waited_seconds, 3),

@@ -12,22 +12,23 @@ import logging
 import os
 import sqlite3
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 
-from hitl_mcp.broker import AskDefaults, Broker
 from hitl_mcp.channels import channel_module
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.config import Config
 from hitl_mcp.host_window import Linking
 from hitl_mcp.models import Kind
 from hitl_mcp.server import Settings, build_server
-from hitl_mcp.store.base import StoreError
 from hitl_mcp.web.auth import TokenFileUnsafe, WebAuth, configured_web_auth
 from hitl_mcp.web.links import RequestLinks
+
+if TYPE_CHECKING:  # the broker and the store load in run(): over stdio, after the start is served
+    from hitl_mcp.broker import Broker
 
 log = logging.getLogger("hitl_mcp")
 
@@ -107,6 +108,9 @@ class Runtime:
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Open the store, start the channels and the broker's loops; runs until cancelled."""
         from hitl_mcp.anchor import configured_anchor
+        from hitl_mcp.broker import AskDefaults, Broker
+        from hitl_mcp.escalation import policy_from_config
+        from hitl_mcp.store.base import StoreError
         from hitl_mcp.store.sqlite import SqliteStore
 
         store = SqliteStore(self.state_dir / DB_FILE, configured_anchor(self.config, self.state_dir))
@@ -132,6 +136,7 @@ class Runtime:
                 ),
                 state_dir=self.state_dir,
                 public_url=self.config.server.public_url,
+                policy=policy_from_config(self.config),
             )
             for name, cfg in self.config.channels.items():
                 channel = channel_module(cfg.type).Channel(name, cfg, broker)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -24,16 +24,28 @@ from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnno
 from pydantic import Field
 
 from hitl_mcp import __version__, tool_args
-from hitl_mcp.broker import AskSpec, Broker, BrokerError
+from hitl_mcp.asks import AskSpec
 from hitl_mcp.call_context import client_name, form_state, session_key
+from hitl_mcp.errors import BrokerError
 from hitl_mcp.host_forms import HostForms
 from hitl_mcp.host_window import Linking
 from hitl_mcp.hosts import host_budget
 from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json, client_identity
 from hitl_mcp.results import describe_notification, format_duration, to_outcome, tool_result
 from hitl_mcp.signing import SecretFile
-from hitl_mcp.store.base import StoreError
 from hitl_mcp.tasks import TasksExtension, answering_as_task
+from hitl_mcp.tool_args import (
+    ChannelList,
+    IdempotencyKey,
+    PeopleList,
+    RequestId,
+    TimeoutSeconds,
+    WaitSeconds,
+)
+
+if TYPE_CHECKING:  # the broker and the store load with the first tool call (or, over stdio, a second
+    # after the start): the tools' bodies import what they use of them
+    from hitl_mcp.broker import Broker
 
 log = logging.getLogger("hitl_mcp.server")
 
@@ -45,42 +57,6 @@ its request_id to keep waiting, and never ask the same thing again. An approval 
 when approved is true; an expired or cancelled approval is a no.
 """
 
-Text = Annotated[str, Field(min_length=1, max_length=4000)]
-ChannelList = Annotated[
-    list[Annotated[str, Field(min_length=1, max_length=32)]] | None,
-    Field(
-        min_length=1,
-        max_length=10,
-        description="Channel names from the server's config to send to; omit for the configured defaults.",
-    ),
-]
-WaitSeconds = Annotated[
-    float | None,
-    Field(
-        ge=0,
-        le=86400,
-        description="Wait at most this long in this call (clamped to what the host allows; 0: no wait).",
-    ),
-]
-TimeoutSeconds = Annotated[
-    float | None,
-    Field(
-        ge=1,
-        le=30 * 86400,
-        description="How long the person has to answer before the request expires (default from config).",
-    ),
-]
-IdempotencyKey = Annotated[
-    str | None,
-    Field(
-        min_length=1,
-        max_length=200,
-        pattern=r"^[\x21-\x7e]+$",
-        description="Your own key for this request: repeating a call with the same key re-attaches to it "
-        "instead of asking the person twice.",
-    ),
-]
-RequestId = Annotated[str, Field(min_length=1, max_length=64, description="The request_id a call returned.")]
 OutcomeResult = Annotated[CallToolResult, Outcome]
 #: what a blocking tool returns: the outcome, or (2026-07-28) the host's form to fill in first
 Waited = OutcomeResult | InputRequiredResult
@@ -166,6 +142,8 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         return tool_result(to_outcome(done.request, done.seconds, done.undelivered, inbox_url), done.request)
 
     async def asking(ctx: Context, spec: AskSpec, wait_seconds: float | None) -> Waited:
+        from hitl_mcp.store.base import StoreError
+
         broker = await get_broker()
         state = form_state(ctx)
         if state is not None:
@@ -179,10 +157,10 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         try:
             # the host's form where this client cannot show it is left out (and said so in the trail),
             # unless it is all there is: then the call says nobody can be reached
-            chosen = broker.check_channels(spec.kind, spec.channels, spec.risk)
+            chosen, _ = broker.route(spec)
             skipped = forms.unshowable(ctx, broker, chosen)
             if skipped and len(skipped) < len(chosen):
-                spec.channels = [name for name in chosen if name not in skipped]
+                spec.channels, spec.to = [name for name in chosen if name not in skipped], None
             request, created = await broker.ask(spec)
         except (BrokerError, StoreError) as exc:
             raise ToolError(str(exc)) from None
@@ -214,6 +192,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             str | None, Field(max_length=8000, description="Background the person needs to answer.")
         ] = None,
         channels: ChannelList = None,
+        to: PeopleList = None,
         wait_seconds: WaitSeconds = None,
         timeout_seconds: TimeoutSeconds = None,
         default_answer: Annotated[
@@ -224,6 +203,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
     ) -> Waited:
         """Ask the person a question and wait for the answer. Returns status "pending" if no answer
         came within this call: then call wait_for_response with the request_id; do not ask again."""
+
         if choices is not None and len(set(choices)) != len(choices):
             raise ToolError("choices: each choice must be different")
         spec = AskSpec(
@@ -234,6 +214,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             allow_free_text=allow_free_text,
             default_answer=default_answer,
             channels=channels,
+            to=to,
             timeout_seconds=timeout_seconds,
             idempotency_key=idempotency_key,
         )
@@ -261,6 +242,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             Literal["low", "medium", "high"] | None, Field(description="How risky it is.")
         ] = None,
         channels: ChannelList = None,
+        to: PeopleList = None,
         wait_seconds: WaitSeconds = None,
         timeout_seconds: TimeoutSeconds = None,
         idempotency_key: IdempotencyKey = None,
@@ -269,6 +251,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         Only approved=true is an approval; a denial, expiry or cancellation means do not do it.
         Returns status "pending" if no decision came within this call: then call
         wait_for_response with the request_id; do not ask again."""
+
         if payload is not None and len(_json_size(payload)) > 64_000:
             raise ToolError("payload: at most 64,000 characters of JSON")
         spec = AskSpec(
@@ -278,6 +261,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             payload=payload,
             risk=risk,
             channels=channels,
+            to=to,
             timeout_seconds=timeout_seconds,
             idempotency_key=idempotency_key,
         )
@@ -294,8 +278,11 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             Literal["info", "success", "warning", "error"], Field(description="How it should look.")
         ] = "info",
         channels: ChannelList = None,
+        to: PeopleList = None,
     ) -> Annotated[CallToolResult, NotifyResult]:
         """Tell the person something; does not wait for a reply. Reports which channels took it."""
+        from hitl_mcp.store.base import StoreError
+
         broker = await get_broker()
         spec = AskSpec(
             kind=Kind.NOTIFICATION,
@@ -303,6 +290,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             title=title,
             level=level,
             channels=channels,
+            to=to,
             session_key=session_key(ctx),
             client_name=client_name(ctx),
             owner=owner(ctx),

@@ -5,12 +5,14 @@ that says why it cannot start.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import logging
 import os
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -26,7 +28,14 @@ from hitl_mcp.web.auth import login_link
 from hitl_mcp.web.deadline import DEFAULT_HEADER_TIMEOUT, with_header_deadline
 
 # imported when first needed, so that over stdio `initialize` is answered before they load
-SIDE_MODULES = ("uvicorn", "aiosqlite", "hitl_mcp.store.sqlite", "hitl_mcp.web.app", "hitl_mcp.web.limits")
+SIDE_MODULES = (
+    "uvicorn",
+    "aiosqlite",
+    "hitl_mcp.broker",
+    "hitl_mcp.store.sqlite",
+    "hitl_mcp.web.app",
+    "hitl_mcp.web.limits",
+)
 
 #: over stdio, how long the side work (store, channels, inbox) may wait for a first tool call
 SIDE_WORK_GRACE = 1.0
@@ -104,7 +113,8 @@ async def serve(config: Config, state_dir: Path, transport: Transport, host: str
     if host not in ("0.0.0.0", "::"):  # a wildcard is no address for a browser: needs public_url
         runtime.inbox_url = runtime.inbox_url or url
     runtime.local_url = runtime.inbox_url or browser_url(host, port)
-    mcp = runtime.build_mcp()
+    with _root_logging_kept():
+        mcp = runtime.build_mcp()
     sock = bind(host, port)
     if sock is None and transport != "stdio":
         raise ConfigRefused(port_taken(host, port))
@@ -138,7 +148,7 @@ async def _serve(
         port = sock.getsockname()[1]
         app = runtime.http_app(mcp, transport, host, port)
         http = HttpServer(app, sock, runtime.config.server.http.header_timeout)
-        _settle_heap()
+        resume_collector()
 
         async def side() -> None:
             """The store and channels; when they cannot start, uvicorn stops gracefully, and the one
@@ -180,6 +190,7 @@ async def _serve(
             # side work meanwhile would compete for the GIL with those answers
             with anyio.move_on_after(SIDE_WORK_GRACE):
                 await runtime.wanted.wait()
+            resume_collector()  # the start is served; the first tool call waits for the store anyway
             await anyio.to_thread.run_sync(_import_side_modules)
             tg.start_soon(side_runtime)
             if sock is not None:
@@ -203,13 +214,34 @@ async def _serve(
         raise refused[0]
 
 
-def _settle_heap() -> None:
-    """Everything loaded so far lives as long as the process: take it out of the garbage
-    collector's full passes, which otherwise walk every SDK type and schema each time (and that
-    pause lands on whichever reply is being answered). HTTP only: a stdio server serves one host,
-    and by the time its side work has loaded a tool call is already in flight."""
+def resume_collector() -> None:
+    """The start is over: turn the garbage collector back on (``cli.main`` pauses it for a server's
+    start), and first take what is loaded out of its full passes. That lives as long as the process,
+    and each full pass would walk every SDK type and schema again, a pause that lands on whichever reply
+    is being answered. Over HTTP this runs before serving; over stdio once ``initialize`` and
+    ``tools/list`` are answered, before the side work loads."""
     gc.collect()
     gc.freeze()
+    gc.enable()
+
+
+@contextlib.contextmanager
+def _root_logging_kept() -> Iterator[None]:
+    """``MCPServer()`` calls the SDK's ``configure_logging``, which imports rich where it is installed
+    (~20 ms of a cold start) for a handler that ``logging.basicConfig`` drops when the root logger has
+    handlers already (``cli.setup_logging`` set them). Then the call changes nothing: it is skipped."""
+    import mcp.server.mcpserver.server as sdk
+
+    names = vars(sdk)
+    saved = names.get("configure_logging")
+    skip = saved is not None and bool(logging.getLogger().handlers)
+    if skip:
+        names["configure_logging"] = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        if skip:
+            names["configure_logging"] = saved
 
 
 def _import_side_modules() -> None:

@@ -1,4 +1,5 @@
-"""How the tools take their arguments: text exactly as sent, errors in plain lines.
+"""How the tools take their arguments: text exactly as sent, errors in plain lines, and the argument
+types the tools share (lengths, ranges and the descriptions a model reads).
 
 Built on the SDK's own ``Tool`` (``mcp`` 2.3.0), with two changes:
 
@@ -19,12 +20,12 @@ from __future__ import annotations
 import inspect
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
@@ -97,3 +98,52 @@ def tool(fn: Callable[..., Any], **options: Any) -> Tool:
     )
     fields = {name: getattr(built, name) for name in Tool.model_fields}
     return HitlTool(**{**fields, "fn_metadata": exact})
+
+
+# --- the tools' shared argument types -------------------------------------------------------------
+
+Text = Annotated[str, Field(min_length=1, max_length=4000)]
+ChannelList = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=32)]] | None,
+    Field(
+        min_length=1,
+        max_length=10,
+        description="Channel names from the server's config to send to; omit for the configured defaults.",
+    ),
+]
+PeopleList = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=32)]] | None,
+    Field(
+        min_length=1,
+        max_length=10,
+        description="People from the server's config to ask (on every channel where they have an address), "
+        "with or instead of channels; omit for the configured defaults.",
+    ),
+]
+WaitSeconds = Annotated[
+    float | None,
+    Field(
+        ge=0,
+        le=86400,
+        description="Wait at most this long in this call (clamped to what the host allows; 0: no wait).",
+    ),
+]
+TimeoutSeconds = Annotated[
+    float | None,
+    Field(
+        ge=1,
+        le=30 * 86400,
+        description="How long the person has to answer before the request expires (default from config).",
+    ),
+]
+IdempotencyKey = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[\x21-\x7e]+$",
+        description="Your own key for this request: repeating a call with the same key re-attaches to it "
+        "instead of asking the person twice.",
+    ),
+]
+RequestId = Annotated[str, Field(min_length=1, max_length=64, description="The request_id a call returned.")]

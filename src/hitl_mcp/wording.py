@@ -41,10 +41,15 @@ def already(request: Request) -> str:
 
 
 def expired(request: Request, shown: Callable[[str], str] = str) -> str:
-    """An expiry, never worded as a refusal: ``Expired — no answer, treated as denied``. ``shown``
+    """An expiry, never worded as a refusal: ``Expired — no answer; not approved``. ``shown``
     prepares the default answer for the medium (escaping, clipping)."""
     if request.kind == Kind.APPROVAL:
-        return "Expired — no answer, treated as denied"
+        return "Expired — no answer; not approved"
     if request.answer is not None:
         return f"Expired — no answer; the default applies: “{shown(request.answer)}”"
     return "Expired — no answer"
+
+
+def still_waiting(text: str) -> str:
+    """A reminder of a request nobody has answered yet: ``Still waiting: <the question>``."""
+    return f"Still waiting: {text}"

@@ -48,6 +48,7 @@ class Message:
     text: str
     blocks: list[dict[str, Any]]
     versions: list[dict[str, Any]] = field(default_factory=list)  # earlier (text, blocks)
+    thread_ts: str | None = None  # a reply in the thread of the message with this ts
 
     def block_ids(self) -> list[str]:
         return [b.get("block_id", "") for b in self.blocks]
@@ -179,6 +180,7 @@ class SlackStandin:
             return {"ok": False, "error": "invalid_blocks", "errors": [problem]}
         n = next(self._ts)
         message = Message(str(channel), f"{1700000000 + n}.{n:06d}", args.get("text", ""), blocks)
+        message.thread_ts = args.get("thread_ts") or None
         self.messages.append(message)
         return {
             "ok": True,

@@ -321,6 +321,16 @@ class Channel:
         """Send the request (or a notification). Must work without ``start`` (``test-channel``)."""
         raise NotImplementedError
 
+    async def remind(self, request: Request, delivery: Delivery, key: str) -> Delivery:
+        """Remind the person of a request still waiting (an escalation ladder's ``remind`` step);
+        ``delivery`` is what ``deliver`` returned for it, and ``key`` names this reminder (the same on
+        a retry: a channel that sends "at most once" keeps its progress under it). By default the
+        request is sent again, worded "Still waiting: ..."; a channel whose ``deliver`` sends each
+        request only once, or that can reply to or edit its first message, overrides this."""
+        from hitl_mcp.wording import still_waiting
+
+        return await self.deliver(request.model_copy(update={"text": still_waiting(request.text)}))
+
     @property
     def retracts(self) -> bool:
         """Whether settling a request sends anything here; when not, no retraction is queued."""

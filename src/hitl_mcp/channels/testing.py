@@ -2,7 +2,8 @@
 real :class:`~hitl_mcp.channels.base.Channel` interface, so a test drives the broker, the outbox and
 the kit's answer path exactly as a provider channel would.
 
-- ``deliver`` and ``retract`` record the calls (``sent``, ``retracted``), and can be made to fail;
+- ``deliver``, ``retract`` and ``remind`` record the calls (``sent``, ``retracted``, ``reminded``),
+  and sends can be made to fail;
 - ``reply(...)`` is its inbound: a person's verified reply, through :meth:`Channel.answer`;
 - ``changed`` is an event set after every call, to wait on.
 
@@ -31,6 +32,8 @@ class TestChannel(Channel):
         self.permanent = permanent
         self.sent: list[str] = []
         self.retracted: list[tuple[str, Status, str | None]] = []
+        self.reminded: list[tuple[str, str | None]] = []
+        """(request id, the ref of the message reminded of): a threaded reminder, as Slack's would be."""
         self.changed = anyio.Event()
 
     def _changed(self) -> None:
@@ -49,6 +52,11 @@ class TestChannel(Channel):
     async def retract(self, request: Request, delivery: Delivery) -> None:
         self.retracted.append((request.id, request.status, delivery.ref))
         self._changed()
+
+    async def remind(self, request: Request, delivery: Delivery, key: str) -> Delivery:
+        self.reminded.append((request.id, delivery.ref))
+        self._changed()
+        return Delivery(ref=f"reminder-{len(self.reminded)}")
 
     async def reply(self, request_id: str, responder: str = "tester", **fields: Any) -> Outcome:
         """A person answers here: ``await channel.reply(rid, decision="approve")``."""

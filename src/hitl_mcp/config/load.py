@@ -13,6 +13,7 @@ from pydantic import BaseModel, Secret, SecretBytes, SecretStr, ValidationError
 from hitl_mcp.channels import channel_module, channel_types
 from hitl_mcp.channels.base import ChannelConfig
 from hitl_mcp.config.errors import ConfigError, KeyPath, _convert, _describe, _key_text, _scrub, _show
+from hitl_mcp.config.escalation import expand_people
 from hitl_mcp.config.models import (
     _CHANNEL_NAME,
     _CHANNEL_NAME_HELP,
@@ -75,6 +76,9 @@ def _build(doc: _Doc, file: str | None) -> Config:
             except ImportError as e:
                 err((*path, "type"), f"channel type {_show(type_name)} could not be loaded ({e.name or e})")
                 continue
+            block, named = expand_people(name, block, data.get("people"))
+            for problem in named:
+                err(*problem)
             try:
                 channels[name] = model.model_validate(block)
             except ValidationError as e:

@@ -29,7 +29,9 @@ from hitl_mcp.channels import channel_module
 from hitl_mcp.channels import elicitation as elicitation_channel
 from hitl_mcp.channels import web as web_channel
 from hitl_mcp.channels.base import ChannelConfig
+from hitl_mcp.config import escalation as ladders
 from hitl_mcp.config.errors import KeyPath, _key_text, _show
+from hitl_mcp.config.escalation import LadderConfig, Person
 from hitl_mcp.durations import DAY, HOUR, bounded
 
 
@@ -180,19 +182,36 @@ ChannelList = Annotated[list[str], Field(min_length=1)]
 class ToolDefaults(_Section):
     channels: ChannelList = Field(default_factory=lambda: ["web"])
     timeout: Annotated[float, bounded(1, 30 * DAY)] = DAY
-    """How long the request stays answerable, in seconds."""
+    """How long the request stays answerable, in seconds (its window, under ``keep_pending``)."""
+    to: list[str] | None = None
+    """People asked besides ``channels``: the channels where they have an identity."""
+    escalation: str | None = None
+    """The ladder: a name under ``escalation``, or ``none``. Unset: the ladder named ``default``, if any."""
+
+
+class RiskChoice(_Section):
+    """What a risk level changes for ``request_approval``: its ladder, its people."""
+
+    escalation: str | None = None
+    to: list[str] | None = None
+
+
+class ApprovalDefaults(ToolDefaults):
+    timeout: Annotated[float, bounded(1, 30 * DAY)] = HOUR
+    risk: dict[Literal["low", "medium", "high"], RiskChoice] = Field(default_factory=dict)
 
 
 class NotifyDefaults(_Section):
     channels: ChannelList = Field(default_factory=lambda: ["web"])
+    to: list[str] | None = None
 
 
 class Defaults(_Section):
     heartbeat_seconds: Annotated[float, bounded(1, 300)] = 10.0
     max_block_seconds: Annotated[float, bounded(1, DAY)] | None = None
     ask_user: ToolDefaults = Field(default_factory=lambda: ToolDefaults(channels=["web"], timeout=DAY))
-    request_approval: ToolDefaults = Field(
-        default_factory=lambda: ToolDefaults(channels=["web"], timeout=HOUR)
+    request_approval: ApprovalDefaults = Field(
+        default_factory=lambda: ApprovalDefaults(channels=["web"], timeout=HOUR)
     )
     notify_user: NotifyDefaults = Field(default_factory=lambda: NotifyDefaults(channels=["web"]))
 
@@ -251,6 +270,10 @@ class Config(_Section):
     """Per-host overrides, keyed by the MCP ``clientInfo.name``."""
     channels: dict[str, SerializeAsAny[ChannelConfig]] = Field(default_factory=_default_channels)
     """Each value is an instance of its channel module's own ``Config`` class."""
+    people: dict[str, Person] = Field(default_factory=dict)
+    """Each person once, with their identity per channel (by channel name, or type)."""
+    escalation: dict[str, LadderConfig] = Field(default_factory=dict)
+    """Named ladders of scheduled steps; ``defaults`` picks one per tool and per risk."""
     source: Path | None = Field(default=None, exclude=True)
     """The file this config came from; None for the embedded default. Not a YAML key."""
 
@@ -306,6 +329,18 @@ def _cross_check(config: Config, hidden: Collection[KeyPath] = ()) -> list[tuple
             if name not in config.channels:
                 shown = "(a name from the environment)" if path in hidden else _show(name)
                 problems.append((path, f"unknown channel {shown}; {known}"))
+    d = config.defaults
+    choices: list[tuple[KeyPath, ladders.Choice]] = [
+        (("defaults", tool), ladders.Choice(escalation=getattr(d, tool).escalation, to=getattr(d, tool).to))
+        for tool in ("ask_user", "request_approval")
+    ]
+    choices.append((("defaults", "notify_user"), ladders.Choice(to=d.notify_user.to)))
+    for risk, choice in d.request_approval.risk.items():
+        choices.append(
+            (("defaults", "request_approval", "risk", risk), ladders.Choice(**choice.model_dump()))
+        )
+    types = {name: block.type for name, block in config.channels.items()}
+    problems.extend(ladders.check(config.people, config.escalation, types, choices))
     return problems
 
 

@@ -33,7 +33,7 @@ class DeliveryRow:
     id: int
     request_id: str
     channel: str
-    action: str  # "deliver" | "retract"
+    action: str  # "deliver" | "retract" | "remind#<step number>"
     status: str  # "queued" | "sending" | "sent" | "failed" | "skipped"
     attempts: int
     ref: str | None
@@ -41,6 +41,30 @@ class DeliveryRow:
     error: str | None
     created_at: float
     updated_at: float
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    """An escalation step as the broker plans it at ask time: the store schedules it with the request."""
+
+    number: int
+    due_at: float
+    action: str  # "notify" | "remind"
+    channels: list[str]  # for "notify": where to send the request too
+    label: str  # for the trail: "notify email", "remind", "notify backup"
+
+
+@dataclass(frozen=True)
+class StepRow:
+    id: int
+    request_id: str
+    number: int
+    due_at: float
+    action: str
+    channels: list[str]  # once done: the channels it queued sends (or reminders) on
+    label: str
+    status: str  # "scheduled" | "done" | "cancelled"
+    done_at: float | None
 
 
 @dataclass(frozen=True)
@@ -72,11 +96,13 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
-    async def create(self, request: Request, dedupe_key: str | None) -> tuple[Request, bool]:
-        """Insert the request and queue its deliveries, or return the pending (or, for an
-        idempotency key of the same owner, any) request it duplicates; the bool says whether it
-        was created. Raises ``KeyConflict`` when the owner's key belongs to a request whose
-        ``fingerprint`` differs."""
+    async def create(
+        self, request: Request, dedupe_key: str | None, steps: Sequence[PlannedStep] = ()
+    ) -> tuple[Request, bool]:
+        """Insert the request, queue its deliveries and schedule its escalation ``steps``, or return
+        the pending (or, for an idempotency key of the same owner, any) request it duplicates; the
+        bool says whether it was created. Raises ``KeyConflict`` when the owner's key belongs to a
+        request whose ``fingerprint`` differs."""
         ...
 
     async def get(self, request_id: str) -> Request | None: ...
@@ -91,7 +117,8 @@ class Store(Protocol):
     ) -> Settled | None:
         """Record the reply; it wins only if the request is still pending and unexpired. A request
         found past its expiry is expired first, with the ``expired`` outcome. Settling queues a
-        retraction on every channel that was sent the request, except the ``silent`` ones."""
+        retraction on every channel that was sent the request, except the ``silent`` ones, and
+        cancels its scheduled steps and unsent reminders (every settle does, in its transaction)."""
         ...
 
     async def close_request(
@@ -138,6 +165,13 @@ class Store(Protocol):
         ...
 
     async def deliveries(self, request_id: str) -> list[DeliveryRow]: ...
+
+    async def run_due_steps(self, now: float, limit: int = 64) -> list[StepRow]:
+        """Run the due steps of pending requests, each exactly once: mark it done and queue its sends
+        (or ``remind#<n>`` rows) in one transaction; returns the steps run."""
+        ...
+
+    async def steps(self, request_id: str) -> list[StepRow]: ...
 
     async def open_deliveries(self, channel: str) -> list[tuple[Request, DeliveryRow]]:
         """Pending requests this channel has sent, with their delivery rows, oldest first."""
@@ -202,6 +236,8 @@ class History(Protocol):
         ...
 
     async def deliveries(self, request_id: str) -> builtins.list[DeliveryRow]: ...
+
+    async def steps(self, request_id: str) -> builtins.list[StepRow]: ...
 
     async def replies(self, request_id: str) -> builtins.list[ReplyRow]: ...
 

@@ -17,6 +17,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,7 +28,15 @@ import anyio.to_thread
 from hitl_mcp.anchor import ANCHOR_FILE, Anchorer
 from hitl_mcp.audit import GENESIS, SETTLING_EVENTS, AuditRow, row_hash
 from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now
-from hitl_mcp.store.base import Change, DeliveryRow, KeyConflict, ReplyRow, StoreError
+from hitl_mcp.store.base import (
+    Change,
+    DeliveryRow,
+    KeyConflict,
+    PlannedStep,
+    ReplyRow,
+    StepRow,
+    StoreError,
+)
 
 T = TypeVar("T")
 
@@ -164,6 +173,26 @@ MIGRATIONS: list[str] = [
         expires_at REAL NOT NULL
     );
     CREATE INDEX web_sessions_expiry ON web_sessions(expires_at);
+    """,
+    # 7: escalation steps, scheduled with the request and run (once, whichever process gets there
+    # first) when due: a step queues deliveries, or reminders as deliveries whose action is
+    # 'remind#<step>' (the UNIQUE (request_id, channel, action) allows one per channel per step);
+    # and the person (config `people`) an answer is credited to
+    """
+    CREATE TABLE steps (
+        id INTEGER PRIMARY KEY,
+        request_id TEXT NOT NULL REFERENCES requests(id),
+        number INTEGER NOT NULL,
+        due_at REAL NOT NULL,
+        action TEXT NOT NULL,
+        channels TEXT NOT NULL,
+        label TEXT NOT NULL,
+        status TEXT NOT NULL,
+        done_at REAL,
+        UNIQUE (request_id, number)
+    );
+    CREATE INDEX steps_due ON steps(status, due_at);
+    ALTER TABLE requests ADD COLUMN person TEXT;
     """,
 ]
 
@@ -357,7 +386,9 @@ class SqliteStore:
 
     # --- requests --------------------------------------------------------------------------
 
-    async def create(self, request: Request, dedupe_key: str | None) -> tuple[Request, bool]:
+    async def create(
+        self, request: Request, dedupe_key: str | None, steps: Sequence[PlannedStep] = ()
+    ) -> tuple[Request, bool]:
         def work(db: sqlite3.Connection) -> Any:
             with _transaction(db):
                 existing = None
@@ -425,6 +456,19 @@ class SqliteStore:
                     },
                     at=request.created_at,
                 )
+                for step in steps:
+                    db.execute(
+                        "INSERT INTO steps (request_id, number, due_at, action, channels, label, status)"
+                        " VALUES (?, ?, ?, ?, ?, ?, 'scheduled')",
+                        (
+                            request.id,
+                            step.number,
+                            step.due_at,
+                            step.action,
+                            json.dumps(step.channels),
+                            step.label,
+                        ),
+                    )
                 return request, True
 
         return await self._run(work)
@@ -479,6 +523,7 @@ class SqliteStore:
         silent: Collection[str],
     ) -> Settled | None:
         at = now()
+        credited = {"person": reply.person} if reply.person else {}  # the channel identity is the actor
 
         def work(db: sqlite3.Connection) -> Any:
             with self._settling(db):
@@ -496,7 +541,7 @@ class SqliteStore:
                 if current.status == Status.PENDING:
                     cursor = db.execute(
                         "UPDATE requests SET status = 'answered', closed_at = ?, answer = ?, choice = ?,"
-                        " approved = ?, comment = ?, responder = ?, channel = ?"
+                        " approved = ?, comment = ?, responder = ?, channel = ?, person = ?"
                         " WHERE id = ? AND status = 'pending'",
                         (
                             at,
@@ -506,6 +551,7 @@ class SqliteStore:
                             outcome.get("comment"),
                             reply.responder,
                             reply.channel,
+                            reply.person,
                             request_id,
                         ),
                     )
@@ -533,7 +579,7 @@ class SqliteStore:
                         request_id,
                         "reply_rejected",
                         reply.responder,
-                        {"channel": reply.channel, "reason": reason},
+                        {"channel": reply.channel, **credited, "reason": reason},
                     )
                     return Settled(False, current)
                 self._append(
@@ -541,13 +587,21 @@ class SqliteStore:
                     request_id,
                     "answered",
                     reply.responder,
-                    {"channel": reply.channel, **{k: v for k, v in outcome.items() if v is not None}},
+                    {
+                        "channel": reply.channel,
+                        **credited,
+                        **{k: v for k, v in outcome.items() if v is not None},
+                    },
                     at=at,
                 )
                 self._queue_retractions(db, request_id, at, silent)
                 fields = {name: outcome.get(name) for name in ("answer", "choice", "approved", "comment")}
                 fields.update(
-                    status=Status.ANSWERED, closed_at=at, responder=reply.responder, channel=reply.channel
+                    status=Status.ANSWERED,
+                    closed_at=at,
+                    responder=reply.responder,
+                    channel=reply.channel,
+                    person=reply.person,
                 )
                 return Settled(True, current.model_copy(update=fields))  # what the UPDATE wrote
 
@@ -622,9 +676,17 @@ class SqliteStore:
         every channel but the ``silent`` ones)."""
         db.execute(
             "UPDATE deliveries SET status = 'skipped', updated_at = ?"
-            " WHERE request_id = ? AND +action = 'deliver' AND +status = 'queued'",
+            " WHERE request_id = ? AND +action != 'retract' AND +status = 'queued'",
             (at, request_id),
         )
+        cancelled = db.execute(
+            "UPDATE steps SET status = 'cancelled', done_at = ? WHERE request_id = ? AND status = 'scheduled'"
+            " RETURNING number, label",
+            (at, request_id),
+        ).fetchall()
+        if cancelled:
+            steps = [f"{r['number']}: {r['label']}" for r in sorted(cancelled, key=lambda r: r["number"])]
+            self._append(db, request_id, "steps_cancelled", None, {"steps": steps}, at=at)
         quiet = sorted(silent)
         db.execute(
             "INSERT OR IGNORE INTO deliveries (request_id, channel, action, status, created_at, updated_at,"
@@ -714,8 +776,9 @@ class SqliteStore:
                     " WHERE id = ?",
                     (status, ref, json.dumps(detail or {}), error, next_attempt_at, at, delivery_id),
                 )
-                noun = "delivery" if row["action"] == "deliver" else "retraction"
-                event = {"sent": f"{row['action']}ed", "failed": f"{noun}_failed"}.get(status)
+                action = row["action"].partition("#")[0]  # remind#<step>: a reminder
+                noun = {"deliver": "delivery", "remind": "reminder"}.get(action, "retraction")
+                event = {"sent": f"{action}ed", "failed": f"{noun}_failed"}.get(status)
                 if event is None and error:
                     event = f"{noun}_retry"
                 if event:
@@ -723,7 +786,7 @@ class SqliteStore:
                     if error:
                         data["error"] = error
                     self._append(db, row["request_id"], event, None, data)
-                if status in ("sent", "queued") and row["action"] == "deliver":
+                if status in ("sent", "queued") and action != "retract":
                     state = db.execute(
                         "SELECT status FROM requests WHERE id = ?", (row["request_id"],)
                     ).fetchone()
@@ -734,6 +797,73 @@ class SqliteStore:
                         # settled while this send was in flight: what it sent needs its retraction, and
                         # a retry it queued is dropped like every other unsent delivery
                         self._queue_retractions(db, row["request_id"], at, silent)
+
+        return await self._run(work)
+
+    # --- escalation steps ------------------------------------------------------------------
+
+    async def run_due_steps(self, now: float, limit: int = 64) -> builtins.list[StepRow]:
+        """Run every step that is due, each in the same transaction that marks it done: a step is
+        never run twice (by a restart or a second process) and never lost (until it commits, it is
+        still scheduled). Its sends are queued as outbox rows, which the outbox attempts under leases."""
+        due = (
+            "FROM steps s JOIN requests r ON r.id = s.request_id"
+            " WHERE s.status = 'scheduled' AND s.due_at <= ? AND r.status = 'pending'"
+            " AND (r.expires_at IS NULL OR r.expires_at > ?)"  # past its expiry: the sweep settles it
+        )
+
+        def work(db: sqlite3.Connection) -> Any:
+            if db.execute(f"SELECT 1 {due} LIMIT 1", (now, now)).fetchone() is None:
+                return []  # an idle poll takes no write lock
+            ran = []
+            with _transaction(db):
+                rows = db.execute(
+                    f"SELECT s.* {due} ORDER BY s.due_at, s.id LIMIT ?", (now, now, limit)
+                ).fetchall()
+                for row in rows:
+                    step = _step(row)
+                    if step.action == "remind":
+                        channels = self._queue_reminders(db, step, now)
+                    else:
+                        channels = self._queue_sends(db, step, now)
+                    db.execute("UPDATE steps SET status = 'done', done_at = ? WHERE id = ?", (now, step.id))
+                    data = {"step": step.number, "action": step.label, "channels": channels}
+                    self._append(db, step.request_id, "step_sent", None, data, at=now)
+                    ran.append(replace(step, status="done", channels=channels))
+            return ran
+
+        return await self._run(work)
+
+    def _queue_sends(self, db: sqlite3.Connection, step: StepRow, at: float) -> builtins.list[str]:
+        """A notify step: the request on the step's channels it has not been sent on yet."""
+        row = db.execute("SELECT body FROM requests WHERE id = ?", (step.request_id,)).fetchone()
+        body = json.loads(row["body"])
+        new = [c for c in step.channels if c not in body["channels"]]
+        for channel in new:
+            db.execute(
+                "INSERT OR IGNORE INTO deliveries (request_id, channel, action, status, created_at,"
+                " updated_at, next_attempt_at) VALUES (?, ?, 'deliver', 'queued', ?, ?, 0)",
+                (step.request_id, channel, at, at),  # due at once, whatever clock the step ran by
+            )
+        if new:
+            body["channels"] = [*body["channels"], *new]
+            db.execute("UPDATE requests SET body = ? WHERE id = ?", (json.dumps(body), step.request_id))
+        return new
+
+    def _queue_reminders(self, db: sqlite3.Connection, step: StepRow, at: float) -> builtins.list[str]:
+        """A remind step: a reminder on every channel the request was sent on."""
+        cursor = db.execute(
+            "INSERT OR IGNORE INTO deliveries (request_id, channel, action, status, created_at, updated_at,"
+            " next_attempt_at) SELECT request_id, channel, ?, 'queued', ?, ?, 0 FROM deliveries"
+            " WHERE request_id = ? AND +action = 'deliver' AND +status = 'sent' RETURNING channel",
+            (f"remind#{step.number}", at, at, step.request_id),  # due at once
+        )
+        return sorted(r["channel"] for r in cursor.fetchall())
+
+    async def steps(self, request_id: str) -> builtins.list[StepRow]:
+        def work(db: sqlite3.Connection) -> Any:
+            cursor = db.execute("SELECT * FROM steps WHERE request_id = ? ORDER BY number", (request_id,))
+            return [_step(r) for r in cursor.fetchall()]
 
         return await self._run(work)
 
@@ -759,7 +889,7 @@ class SqliteStore:
         def work(db: sqlite3.Connection) -> Any:
             cursor = db.execute(
                 "SELECT r.* FROM deliveries d JOIN requests r ON r.id = d.request_id"
-                " WHERE d.channel = ? AND d.action = 'deliver' AND d.ref = ? ORDER BY d.id DESC LIMIT 1",
+                " WHERE d.channel = ? AND d.action != 'retract' AND d.ref = ? ORDER BY d.id DESC LIMIT 1",
                 (channel, ref),
             )
             row = cursor.fetchone()
@@ -957,6 +1087,7 @@ def _request(row: sqlite3.Row) -> Request:
         comment=row["comment"],
         responder=row["responder"],
         channel=row["channel"],
+        person=row["person"],
         **body,
     )
 
@@ -974,6 +1105,20 @@ def _delivery(row: sqlite3.Row) -> DeliveryRow:
         error=row["error"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+    )
+
+
+def _step(row: sqlite3.Row) -> StepRow:
+    return StepRow(
+        id=row["id"],
+        request_id=row["request_id"],
+        number=row["number"],
+        due_at=row["due_at"],
+        action=row["action"],
+        channels=json.loads(row["channels"]),
+        label=row["label"],
+        status=row["status"],
+        done_at=row["done_at"],
     )
 
 

@@ -22,18 +22,21 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
 
-from hitl_mcp.broker import Broker
 from hitl_mcp.models import Kind, Request, Status, iso, now
 from hitl_mcp.results import to_outcome, tool_result
 from hitl_mcp.tasks.status import TASK_CANCELLED, is_settled, ttl_ms, waiting_message
 
 __all__ = ["CORE_VERSION", "RELATED_TASK", "CoreTasks"]
+
+if TYPE_CHECKING:  # the broker loads after the start (cold start): only its type here
+    from hitl_mcp.broker import Broker
+
 
 CORE_VERSION = "2025-11-25"
 RELATED_TASK = "io.modelcontextprotocol/related-task"

@@ -20,7 +20,7 @@ import contextlib
 import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
@@ -35,8 +35,8 @@ from mcp_types import (
 from mcp_types.jsonrpc import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from hitl_mcp.broker import Broker, NotFound
 from hitl_mcp.call_context import AnyContext, client_name, is_modern
+from hitl_mcp.errors import NotFound
 from hitl_mcp.host_forms import HostForms
 from hitl_mcp.models import Request, Status, client_identity, now
 from hitl_mcp.tasks import status
@@ -45,6 +45,10 @@ from hitl_mcp.tasks.inputs import TaskForms
 from hitl_mcp.tasks.wire import EXTENSION, TaskIdParams, UpdateTaskParams
 
 __all__ = ["MISSING_CAPABILITY", "TASK_TOOLS", "TasksExtension", "answering_as_task", "declares_tasks"]
+
+if TYPE_CHECKING:  # the broker loads after the start (cold start): only its type here
+    from hitl_mcp.broker import Broker
+
 
 log = logging.getLogger("hitl_mcp.tasks")
 

@@ -16,18 +16,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.types import ElicitRequestFormParams, ElicitRequestURLParams, ElicitResult
 from pydantic import ValidationError
 
-from hitl_mcp.broker import Broker
 from hitl_mcp.call_context import AnyContext, Mode, responder
 from hitl_mcp.host_forms import FORM_ATTEMPTS, HostForms, declined_key, linked_key
 from hitl_mcp.host_window import link_message, render_form
 from hitl_mcp.models import Request
 
 __all__ = ["TaskForms"]
+
+if TYPE_CHECKING:  # the broker loads after the start (cold start): only its type here
+    from hitl_mcp.broker import Broker
+
 
 METHOD = "elicitation/create"
 

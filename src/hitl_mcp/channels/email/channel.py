@@ -24,7 +24,7 @@ from hitl_mcp.channels.base import (
 )
 from hitl_mcp.channels.email.replies import Unreadable, auto_reply_reason, read_answer, reply_text
 from hitl_mcp.models import Kind, Reply, Request, Status
-from hitl_mcp.wording import verdict
+from hitl_mcp.wording import expired, still_waiting, verdict
 
 if TYPE_CHECKING:
     from imapclient import IMAPClient
@@ -97,16 +97,25 @@ class EmailChannel(_Composing, _Smtp, _Links, _Imap):
             ref=first, detail={"recipients": [_address(r) for r in self.config.to], "message_ids": ids}
         )
 
+    async def remind(self, request: Request, delivery: Delivery, key: str) -> Delivery:
+        """A short mail in the request's thread (In-Reply-To its first message), once per recipient:
+        ``deliver`` sends each recipient one mail per request, so the default would send nothing."""
+        state_key = f"{key.partition(':')[0]}:{request.id}"  # remind#<step>:<id>: pruned with the request
+        done: list[str] = await self.state.load(state_key, [])
+        recipients = delivery.detail.get("recipients") or [_address(r) for r in self.config.to]
+        text = f"{still_waiting(request.text)}\n\nAnswer through the first message of this thread."
+
+        async def sent(msg: EmailMessage) -> None:  # a retry after a partial failure skips these
+            done.append(_address(str(msg["To"])))
+            await self.state.save(state_key, done)
+
+        await self.send((self._notice(request, r, text, None) for r in recipients if r not in done), sent)
+        return Delivery(detail={"recipients": recipients})
+
     async def retract(self, request: Request, delivery: Delivery) -> None:
         if not self.config.follow_up or request.kind == Kind.NOTIFICATION:
             return
-        if request.status == Status.ANSWERED:
-            what = (
-                verdict(request.approved) if request.kind == Kind.APPROVAL else f"answered ({request.answer})"
-            )
-            text = f"Settled: {what} by {request.responder} via {request.channel}."
-        else:
-            text = f"Settled: the request was {request.status.value}; no answer is needed any more."
+        text = follow_up_text(request)
         mails = []
         for recipient in delivery.detail.get("recipients") or [_address(r) for r in self.config.to]:
             if request.channel == self.name and request.responder == recipient:
@@ -225,3 +234,13 @@ class EmailChannel(_Composing, _Smtp, _Links, _Imap):
         if not await self.state.seen(f"settled:{request.id}:{sender}"):
             text = f"{_settled_text(request)} Your reply was not recorded."
             await self._send_quietly(self._notice(request, sender, text, msg))
+
+
+def follow_up_text(request: Request) -> str:
+    """The follow-up mail's words once a request is settled elsewhere."""
+    if request.status == Status.ANSWERED:
+        what = verdict(request.approved) if request.kind == Kind.APPROVAL else f"answered ({request.answer})"
+        return f"Settled: {what} by {request.responder} via {request.channel}."
+    if request.status == Status.EXPIRED:
+        return f"Settled: {expired(request)}. No answer is needed any more."
+    return f"Settled: the request was {request.status.value}; no answer is needed any more."

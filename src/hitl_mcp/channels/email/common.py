@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import base64
-import os
 import re
-import secrets
 import ssl
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hitl_mcp.models import Kind, Request, Status
+from hitl_mcp.signing import SecretFile
 from hitl_mcp.wording import verdict
 
 if TYPE_CHECKING:
@@ -38,14 +36,6 @@ _PAYLOAD_SHOWN = 4000
 LINK_PATH = "/link/{token}"
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def _tls_context(ca_file: Path | None) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(ca_file.expanduser()) if ca_file else None)
 
@@ -62,22 +52,13 @@ def _headline(request: Request, limit: int = 100) -> str:
 
 
 def load_key(path: Path) -> bytes:
-    """The channel's signing key: made at first use, kept in the state directory with mode 0600."""
-    try:
-        text = path.read_text().strip()
-    except FileNotFoundError:
-        text = ""
-    if len(text) >= 64:
-        return bytes.fromhex(text[:64])
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:  # O_EXCL: when two servers start at once, one key wins and both use it
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return bytes.fromhex(path.read_text().strip()[:64])
-    key = secrets.token_bytes(32)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(key.hex() + "\n")
-    return key
+    """The channel's signing key: made at first use, kept in the state directory with mode 0600. The
+    file holds the key in hex (64 characters), as it always has, so a key file already there keeps
+    verifying the reply addresses and links sent under it."""
+    secret = SecretFile(
+        path.parent, path.name, holds="the key that signs its reply addresses and answer links"
+    )
+    return bytes.fromhex(secret.get()[:64])
 
 
 @dataclass(frozen=True)

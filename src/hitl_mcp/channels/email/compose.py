@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import html
 import json
-import re
-import secrets
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from pathlib import Path
@@ -16,11 +12,12 @@ from typing import TYPE_CHECKING
 
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.models import Kind, Request, now
+from hitl_mcp.signing import Signer, b64url, unb64url
 
 if TYPE_CHECKING:
     pass
 
-from hitl_mcp.channels.email.common import _PAYLOAD_SHOWN, Link, _b64, _headline, _unb64, _when, load_key
+from hitl_mcp.channels.email.common import _PAYLOAD_SHOWN, Link, _headline, _when, load_key
 from hitl_mcp.channels.email.config import Config, _address
 
 
@@ -45,12 +42,13 @@ class _Composing(BaseChannel):
             self._key = load_key(Path(self.hub.state_dir) / f"email-{self.name}.key")
         return self._key
 
-    def _mac(self, purpose: str, *parts: str) -> bytes:
-        material = "\0".join((purpose, *parts)).encode()
-        return hmac.new(self.key(), material, hashlib.sha256).digest()
+    def _signer(self, purpose: str) -> Signer:
+        # "\0" joins the purpose and the parts: the wire format of the tokens already sent
+        return Signer(self.key(), purpose, sep="\0")
 
     def reply_token(self, request_id: str, recipient: str) -> str:
-        return base64.b32encode(self._mac("reply", request_id, _address(recipient))[:10]).decode().lower()
+        mac = self._signer("reply").mac(request_id, _address(recipient))
+        return base64.b32encode(mac[:10]).decode().lower()
 
     def reply_address(self, request_id: str, recipient: str) -> str:
         base = _address(self.config.reply_to or self.config.from_)
@@ -63,22 +61,19 @@ class _Composing(BaseChannel):
         return f"<hitl.{request_id}.{self.reply_token(request_id, recipient)}@{self.domain}>"
 
     def link_token(self, request_id: str, recipient: str, answer: str, expires: int) -> str:
-        payload = ".".join(
-            (request_id, _b64(_address(recipient).encode()), answer, str(expires), secrets.token_urlsafe(9))
+        # the address is encoded: it may hold dots, and the token's fields are separated by them
+        return self._signer("link").issue(
+            request_id, b64url(_address(recipient).encode()), answer, str(expires)
         )
-        return f"{payload}.{_b64(self._mac('link', payload)[:16])}"
 
     def read_link(self, token: str) -> Link | None:
         """The link a token stands for, or None when it is malformed or its signature is wrong."""
-        payload, _, sig = token.rpartition(".")
-        parts = payload.split(".")
-        if len(parts) != 5 or not re.fullmatch(r"[A-Za-z0-9_-]{22}", sig):
-            return None
-        if not hmac.compare_digest(_b64(self._mac("link", payload)[:16]), sig):
+        parts = self._signer("link").read(token, 4)
+        if parts is None:
             return None
         request_id, recipient, answer, expires, nonce = parts
         try:
-            return Link(request_id, _unb64(recipient).decode(), answer, int(expires), nonce)
+            return Link(request_id, unb64url(recipient).decode(), answer, int(expires), nonce)
         except (ValueError, UnicodeDecodeError):
             return None
 

@@ -17,6 +17,8 @@ from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.slack.api import _call, _require_sdk, _web_client
 from hitl_mcp.channels.slack.blocks import (
     ReplyFields,
+    _clip,
+    _esc,
     _fallback,
     _mention,
     _plain,
@@ -28,6 +30,7 @@ from hitl_mcp.channels.slack.blocks import (
 )
 from hitl_mcp.channels.slack.config import MAX_BODY, SOCKET_RETRY, Config, log
 from hitl_mcp.models import Kind, Reply, Request
+from hitl_mcp.wording import still_waiting
 
 # --------------------------------------------------------------------------------------- the channel
 
@@ -141,6 +144,21 @@ class SlackChannel(BaseChannel):
             detail["failed"] = [str(f) for f in failures]
             log.warning("slack %s: some direct messages failed: %s", self.name, "; ".join(detail["failed"]))
         return Delivery(ref=":".join(messages[0]), detail=detail)
+
+    async def remind(self, request: Request, delivery: Delivery, key: str) -> Delivery:
+        """A reply in the thread of each message the request was posted as (its buttons stay there)."""
+        messages = delivery.detail.get("messages") or ([delivery.ref.split(":", 1)] if delivery.ref else [])
+        if not messages:
+            return await super().remind(request, delivery, key)
+        text = ":alarm_clock: " + _esc(still_waiting(_clip(request.text, 300)))
+        for where, ts in messages:
+            await _call(
+                self._web().chat_postMessage(channel=where, thread_ts=ts, text=text, unfurl_links=False),
+                "chat.postMessage",
+                self.config,
+                where,
+            )
+        return Delivery()
 
     async def retract(self, request: Request, delivery: Delivery) -> None:
         messages = delivery.detail.get("messages") or ([delivery.ref.split(":", 1)] if delivery.ref else [])

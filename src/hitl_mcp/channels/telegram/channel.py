@@ -12,7 +12,7 @@ from hitl_mcp.channels.base import Delivery, DeliveryError
 from hitl_mcp.channels.telegram.api import call, failure, new_api, not_modified, require_library
 from hitl_mcp.channels.telegram.config import Config, log
 from hitl_mcp.channels.telegram.inbound import WEBHOOK_PATH, TelegramInbound, _inline
-from hitl_mcp.channels.telegram.render import compose, keyboard, outcome_line, wants_typed_reply
+from hitl_mcp.channels.telegram.render import compose, keyboard, outcome_line, reminder, wants_typed_reply
 from hitl_mcp.models import Kind, Request
 
 
@@ -97,6 +97,27 @@ class TelegramChannel(TelegramInbound):
                 self.config,
                 str(chat),
             )
+        return Delivery(
+            ref=f"{chat}:{sent.message_id}", detail={"chat_id": chat, "message_id": sent.message_id}
+        )
+
+    async def remind(self, request: Request, delivery: Delivery, key: str) -> Delivery:
+        """A reply to the request's own message (its buttons stay there), not a second copy."""
+        chat, message_id = _where(delivery)
+        if message_id is None:
+            return await super().remind(request, delivery, key)
+        require_library()
+        from telegram import ReplyParameters
+
+        answered = ReplyParameters(message_id=message_id, allow_sending_without_reply=True)
+        async with self._bot() as bot:
+            sent = await call(
+                bot.send_message(chat, reminder(request), parse_mode="HTML", reply_parameters=answered),
+                "sendMessage",
+                self.config,
+                str(chat),
+            )
+        # a typed reply to the reminder finds the request by this ref
         return Delivery(
             ref=f"{chat}:{sent.message_id}", detail={"chat_id": chat, "message_id": sent.message_id}
         )

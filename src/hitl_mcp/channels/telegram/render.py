@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from hitl_mcp.channels.telegram.config import BUTTON_LIMIT, CALLBACK_DATA_LIMIT, MESSAGE_LIMIT
 from hitl_mcp.models import Kind, Request, Status
 from hitl_mcp.signing import Signer
-from hitl_mcp.wording import expired, verdict
+from hitl_mcp.wording import expired, still_waiting, verdict
 
 #: a row of inline buttons: (label, callback_data)
 Row = list[tuple[str, str]]
@@ -189,6 +189,11 @@ def _hint(request: Request) -> str | None:
     if request.allow_free_text:
         return "Press a choice, or reply to this message to answer in your own words."
     return "Press one of the choices."
+
+
+def reminder(request: Request) -> str:
+    """A reminder, sent as a reply to the request's message (HTML)."""
+    return "⏰ " + _esc(still_waiting(_clip(request.text, 300)))
 
 
 def outcome_line(request: Request, own: str) -> str:

@@ -19,6 +19,7 @@ from hitl_mcp.channels.twilio_sms.inbound import SmsInbound
 from hitl_mcp.channels.twilio_sms.text import _retract_text, compose, segments
 from hitl_mcp.channels.twilio_sms.transport import _Failure, _failure, _transport_class
 from hitl_mcp.models import Kind, Request
+from hitl_mcp.wording import still_waiting
 
 if TYPE_CHECKING:
     from twilio.rest import Client
@@ -160,6 +161,27 @@ class TwilioSmsChannel(SmsInbound):
         if sent.failed:
             detail["failed"] = sent.failed
         return Delivery(ref=next(iter(sent.sids.values())), detail=detail)
+
+    async def remind(self, request: Request, delivery: Delivery, key: str) -> Delivery:
+        """The request again, "Still waiting: ..." with its reply code, once per number (``deliver``
+        never texts a number twice about one request, so the default would send nothing)."""
+        code = delivery.detail.get("code")
+        numbers = [
+            n for n in (str(n) for n in delivery.detail.get("to") or []) if not await self._opted_out(n)
+        ]
+        if not code or not numbers:
+            return Delivery()
+        state_key = f"{key.partition(':')[0]}:{request.id}"  # remind#<step>:<id>: pruned with the request
+        link = f"{self.public_url}/requests/{request.id}" if self.public_url else None
+        body = compose(request.model_copy(update={"text": still_waiting(request.text)}), code, link)
+        sent = await self._send_all(state_key, await self._load(state_key), numbers, body)
+        if sent.retry is not None:
+            raise DeliveryError(f"{sent.retry.message}; will retry", retry_after=sent.retry.retry_after)
+        if sent.failed and not sent.sids:
+            raise DeliveryError(
+                "; ".join(f"{number} {why}" for number, why in sent.failed.items()), permanent=True
+            )
+        return Delivery(ref=next(iter(sent.sids.values()), None), detail={"sids": sent.sids})
 
     async def retract(self, request: Request, delivery: Delivery) -> None:
         if not self.config.notify_on_retract or request.kind == Kind.NOTIFICATION:

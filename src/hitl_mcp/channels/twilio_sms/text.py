@@ -121,7 +121,7 @@ def _retract_text(request: Request, code: str) -> str:
         who = f"{_what(request)} by {request.responder} via {request.channel}"
         return f"[hitl] {code}: {who}. No reply needed."
     if request.status == Status.EXPIRED:
-        return f"[hitl] {code} expired. No reply needed."
+        return f"[hitl] {code} expired — no answer. No reply needed."
     return f"[hitl] {code} was cancelled. No reply needed."
 
 

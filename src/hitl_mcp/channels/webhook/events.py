@@ -16,6 +16,7 @@ from typing import Any
 from hitl_mcp.models import Kind, Request, iso
 
 CREATED = "hitl.request.created"
+REMINDER = "hitl.request.reminder"
 SETTLED = "hitl.request.settled"
 NOTIFICATION = "hitl.notification"
 PING = "hitl.ping"
@@ -57,6 +58,13 @@ def created(request: Request, channel: str, public_url: str | None) -> dict[str,
         "inbox_url": inbox_url(public_url, request),
     }
     return _event(CREATED, request.created_at, data)
+
+
+def reminder(request: Request, channel: str, public_url: str | None, step: str) -> dict[str, Any]:
+    """An escalation ladder's reminder: the request's data again, with the step that reminds; its
+    ``webhook-id`` is the reminder's own (``msg_<id>_reminder_<step>``)."""
+    data = {**created(request, channel, public_url)["data"], "step": int(step)}
+    return _event(REMINDER, time.time(), data)
 
 
 def settled(request: Request) -> dict[str, Any]:

@@ -1,0 +1,42 @@
+"""What a tool asks the broker for (``AskSpec``), and the defaults it falls back on (``AskDefaults``).
+Kept apart from the broker so that the tools can build one without loading it (cold start)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hitl_mcp.models import Kind, Level, Risk
+
+
+@dataclass
+class AskSpec:
+    kind: Kind
+    text: str
+    title: str | None = None
+    details: str | None = None
+    context: str | None = None
+    choices: list[str] | None = None
+    allow_free_text: bool | None = None
+    payload: Any = None
+    risk: Risk | None = None
+    level: Level | None = None
+    default_answer: str | None = None
+    channels: list[str] | None = None
+    to: list[str] | None = None
+    """People asked (config ``people``): the channels where they have an identity, with ``channels``."""
+    timeout_seconds: float | None = None
+    idempotency_key: str | None = None
+    session_key: str | None = None
+    client_name: str | None = None
+    owner: str = ""
+    """The client that asks (``models.client_identity``): its keys, its requests."""
+
+
+@dataclass(frozen=True)
+class AskDefaults:
+    """Per-kind channels and lifetimes, from the config's ``defaults``."""
+
+    channels: Mapping[Kind, list[str]]
+    timeouts: Mapping[Kind, float]

@@ -1,0 +1,186 @@
+"""The config's people and escalation ladders: who a person is on each channel, and what happens, step
+by step, while a request waits.
+
+``people:`` names each person once, with their identity on each channel (keyed by channel name, or by
+channel type for every channel of that type). ``escalation:`` holds named ladders; ``defaults`` picks
+one per tool and per risk. The cross-checks (unknown channels and people) are in :func:`check`, run
+by the loader with line numbers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from hitl_mcp.config.errors import KeyPath, _show
+from hitl_mcp.durations import DAY, bounded
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+_NAME_HELP = "use 1 to 32 of a-z, 0-9, '_' and '-', starting with a letter or a digit"
+_PERCENT = re.compile(r"\s*(\d+(?:\.\d+)?)\s*%\s*")
+
+
+def _address(value: Any) -> Any:
+    """A channel identity: a string, or a number (a Telegram user id) kept as its digits."""
+    if isinstance(value, bool) or value is None:
+        raise PydanticCustomError("address", "expected the person's identity on that channel")
+    if isinstance(value, int):
+        return str(value)
+    return value
+
+
+Address = Annotated[str, BeforeValidator(_address), Field(min_length=1)]
+Person = dict[str, Address]
+
+
+def _fraction(value: Any) -> Any:
+    """``50%`` (a fraction of the request's window) as 0.5."""
+    match = _PERCENT.fullmatch(value) if isinstance(value, str) else None
+    if match is None or not 0 <= float(match.group(1)) <= 100:
+        raise PydanticCustomError("fraction", "expected a share of the window such as 50%")
+    return float(match.group(1)) / 100
+
+
+class StepConfig(BaseModel):
+    """One rung: when (exactly one of ``after``, a duration from the ask, and ``at``, a share of the
+    request's window) and what (exactly one of ``notify``, ``notify_people`` and ``remind``). Every
+    step is dropped once the request settles; ``unless: answered`` says so in the file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    after: Annotated[float, bounded(0, 30 * DAY)] | None = None
+    at: Annotated[float, BeforeValidator(_fraction)] | None = None
+    notify: Annotated[list[str], Field(min_length=1)] | None = None
+    """Send the request on these channels too."""
+    notify_people: Annotated[list[str], Field(min_length=1)] | None = None
+    """Send it on the channels where these people have an identity."""
+    remind: bool = False
+    """Remind on every channel the request was sent on ("Still waiting: ...")."""
+    unless: Literal["answered"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_when_one_what(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        when = [k for k in ("after", "at") if data.get(k) is not None]
+        if len(when) != 1:
+            raise ValueError("a step needs one of 'after' (a duration) or 'at' (a share of the window)")
+        what = [k for k in ("notify", "notify_people", "remind") if data.get(k) not in (None, False)]
+        if len(what) != 1:
+            raise ValueError(
+                "a step does one thing: 'notify: [channels]', 'notify_people: [people]' or 'remind: true'"
+            )
+        return data
+
+
+class LadderConfig(BaseModel):
+    """A named ladder: its steps, and what its request's timeout does (``keep_pending``: nothing;
+    the request stays answerable and its window only places the ``at`` steps)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    steps: Annotated[list[StepConfig], Field(min_length=1)]
+    on_timeout: Literal["expire", "keep_pending"] = "expire"
+
+
+class Choice(BaseModel):
+    """What ``defaults.<tool>`` (or one of its ``risk`` entries) picks: a ladder and the people."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    escalation: str | None = None
+    """A ladder's name; ``none`` for no ladder."""
+    to: list[str] | None = None
+    """People asked by default (the channels where they have an identity)."""
+
+
+def check(
+    people: Mapping[str, Person],
+    escalation: Mapping[str, LadderConfig],
+    channels: Mapping[str, str],
+    choices: list[tuple[KeyPath, Choice]],
+) -> list[tuple[KeyPath, str]]:
+    """Names in ``people``, ``escalation`` and the ``defaults`` choices that do not exist; ``channels``
+    maps each channel's name to its type."""
+    problems: list[tuple[KeyPath, str]] = []
+    types = set(channels.values())
+    known_channels = (
+        f"configured channels: {', '.join(channels)}" if channels else "no channels are configured"
+    )
+    known_people = f"people: {', '.join(people)}" if people else "no people are configured"
+    for name, person in people.items():
+        if not _NAME.fullmatch(name):
+            problems.append((("people", name), f"person name {_show(name)} is not valid: {_NAME_HELP}"))
+        for key in person:
+            if key not in channels and key not in types:
+                problems.append(
+                    (
+                        ("people", name, key),
+                        f"unknown channel {_show(key)} (a channel name or type); {known_channels}",
+                    )
+                )
+    for name, ladder in escalation.items():
+        for i, step in enumerate(ladder.steps):
+            for j, channel in enumerate(step.notify or ()):
+                if channel not in channels:
+                    path: KeyPath = ("escalation", name, "steps", i, "notify", j)
+                    problems.append((path, f"unknown channel {_show(channel)}; {known_channels}"))
+            for j, person_name in enumerate(step.notify_people or ()):
+                if person_name not in people:
+                    path = ("escalation", name, "steps", i, "notify_people", j)
+                    problems.append((path, f"unknown person {_show(person_name)}; {known_people}"))
+    ladders = ", ".join([*escalation, "none"])
+    for prefix, choice in choices:
+        if (
+            choice.escalation is not None
+            and choice.escalation != "none"
+            and choice.escalation not in escalation
+        ):
+            problems.append(
+                (
+                    (*prefix, "escalation"),
+                    f"unknown escalation {_show(choice.escalation)}; ladders: {ladders}",
+                )
+            )
+        for j, person_name in enumerate(choice.to or ()):
+            if person_name not in people:
+                problems.append(((*prefix, "to", j), f"unknown person {_show(person_name)}; {known_people}"))
+    return problems
+
+
+def expand_people(
+    name: str, block: dict[str, Any], people: Any
+) -> tuple[dict[str, Any], list[tuple[KeyPath, str]]]:
+    """A channel block whose allow-lists (``allowed_*``) may name people, with each person replaced by
+    their identity on this channel: done here, once, so that no channel needs to know about people."""
+    if not isinstance(people, dict) or not people:
+        return block, []
+    kind = block.get("type")
+    problems: list[tuple[KeyPath, str]] = []
+    out = dict(block)
+    for key, value in block.items():
+        if not key.startswith("allowed_") or not isinstance(value, list):
+            continue
+        expanded = []
+        for i, item in enumerate(value):
+            person = people.get(item) if isinstance(item, str) else None
+            if not isinstance(person, dict):
+                expanded.append(item)
+                continue
+            identity = person.get(name, person.get(kind))
+            if identity is None:
+                problems.append(
+                    (
+                        ("channels", name, key, i),
+                        f"person {_show(item)} has no identity on channel {_show(name)}",
+                    )
+                )
+                continue
+            expanded.append(identity)
+        out[key] = expanded
+    return out, problems

@@ -1,0 +1,139 @@
+"""People and escalation ladders, as the broker uses them: who a channel identity is, which channels
+reach a person, which ladder a request follows, and when each of its steps is due.
+
+Pure functions of the config; no I/O. The steps it plans are rows the store schedules with the
+request (``PlannedStep``), run by the outbox when due.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from hitl_mcp.config.escalation import LadderConfig, StepConfig
+from hitl_mcp.errors import UnknownChannel
+from hitl_mcp.models import Kind
+from hitl_mcp.store.base import PlannedStep
+
+if TYPE_CHECKING:
+    from hitl_mcp.config.models import Config
+
+__all__ = ["Choice", "Policy", "policy_from_config"]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a tool's defaults pick (per risk, for approvals): a ladder's name and the people asked."""
+
+    escalation: str | None = None
+    to: Sequence[str] | None = None
+
+
+@dataclass
+class Policy:
+    """``people``: person -> {channel name or type: identity}; ``types``: channel name -> type;
+    ``choices``: per kind, and per (kind, risk), what the config's ``defaults`` pick."""
+
+    people: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    ladders: Mapping[str, LadderConfig] = field(default_factory=dict)
+    types: Mapping[str, str] = field(default_factory=dict)
+    choices: Mapping[Kind | tuple[Kind, str], Choice] = field(default_factory=dict)
+
+    # --- people ----------------------------------------------------------------------------
+
+    def identity(self, person: str, channel: str) -> str | None:
+        """The person's identity on a channel: given for the channel by name, else for its type."""
+        address = self.people.get(person, {})
+        return address.get(channel, address.get(self.types.get(channel, "")))
+
+    def channels_of(self, people: Sequence[str]) -> list[str]:
+        """The channels on which these people have an identity, in config order."""
+        unknown = [p for p in people if p not in self.people]
+        if unknown:
+            known = ", ".join(self.people) or "(none configured)"
+            raise UnknownChannel(f"unknown person {', '.join(map(repr, unknown))}; people: {known}")
+        found = [c for c in self.types if any(self.identity(p, c) is not None for p in people)]
+        if not found:
+            raise UnknownChannel(
+                f"{', '.join(map(repr, people))} ha{'s' if len(people) == 1 else 've'} "
+                "no identity on any configured channel"
+            )
+        return found
+
+    def person_of(self, channel: str, responder: str) -> str | None:
+        """Whose identity this is on this channel (compared without case: e-mail addresses)."""
+        wanted = responder.strip().casefold()
+        for person in self.people:
+            identity = self.identity(person, channel)
+            if identity is not None and identity.strip().casefold() == wanted:
+                return person
+        return None
+
+    # --- ladders ---------------------------------------------------------------------------
+
+    def choose(self, kind: Kind, risk: str | None) -> tuple[LadderConfig | None, list[str]]:
+        """The ladder a request of this kind and risk follows, and the people its defaults ask: the
+        risk's choice over the tool's; a tool that names no ladder follows the one named ``default``."""
+        tool = self.choices.get(kind, Choice())
+        by_risk = self.choices.get((kind, risk or "medium"), Choice())
+        name = by_risk.escalation or tool.escalation or "default"
+        to = by_risk.to if by_risk.to is not None else tool.to
+        return (None if name == "none" else self.ladders.get(name)), list(to or [])
+
+    def route(
+        self,
+        kind: Kind,
+        risk: str | None,
+        channels: Sequence[str] | None,
+        to: Sequence[str] | None,
+        defaults: Mapping[Kind, Sequence[str]],
+    ) -> tuple[list[str] | None, LadderConfig | None]:
+        """The channel names a request goes to at once (None: the tool's defaults), and its ladder.
+        The call's ``channels`` and ``to`` together replace the defaults' channels and people."""
+        ladder, default_to = self.choose(kind, risk)
+        if kind == Kind.NOTIFICATION:
+            ladder = None
+        names, people = (channels, to) if channels or to else (None, default_to)
+        if not people:
+            return (list(names) if names else None), ladder
+        first = names or ([] if to else defaults[kind])
+        return [*first, *self.channels_of(people)], ladder
+
+    def plan(self, ladder: LadderConfig, created_at: float, window: float | None) -> list[PlannedStep]:
+        """The ladder's steps with their due times: ``after`` from the ask, ``at`` a share of the window
+        (the request's timeout, also under ``keep_pending``)."""
+        return [self._planned(n, step, created_at, window) for n, step in enumerate(ladder.steps, 1)]
+
+    def _planned(self, number: int, step: StepConfig, created_at: float, window: float | None) -> PlannedStep:
+        if step.at is not None:
+            if window is None:
+                raise UnknownChannel("an 'at: N%' escalation step needs a timeout to take a share of")
+            due = created_at + step.at * window
+        else:
+            due = created_at + (step.after or 0.0)
+        if step.remind:
+            return PlannedStep(number, due, "remind", [], "remind")
+        if step.notify_people:
+            channels = self.channels_of(step.notify_people)
+            return PlannedStep(number, due, "notify", channels, f"notify {', '.join(step.notify_people)}")
+        channels = list(step.notify or [])
+        return PlannedStep(number, due, "notify", channels, f"notify {', '.join(channels)}")
+
+
+def policy_from_config(config: Config) -> Policy:
+    """The people, ladders and per-tool (and per-risk) choices of a config."""
+    d = config.defaults
+    choices: dict[Kind | tuple[Kind, str], Choice] = {
+        Kind.QUESTION: Choice(d.ask_user.escalation, d.ask_user.to),
+        Kind.APPROVAL: Choice(d.request_approval.escalation, d.request_approval.to),
+        Kind.NOTIFICATION: Choice("none", d.notify_user.to),
+    }
+    for risk, choice in d.request_approval.risk.items():
+        choices[(Kind.APPROVAL, risk)] = Choice(choice.escalation, choice.to)
+    return Policy(
+        people=config.people,
+        ladders=config.escalation,
+        types={name: block.type for name, block in config.channels.items()},
+        choices=choices,
+    )
