@@ -61,11 +61,11 @@ def everything(*args: str) -> list[str]:
 class Gate:
     """A proxy's files and environment, and the person's side: its API."""
 
-    def __init__(self, tmp_path: Path, policy: str) -> None:
+    def __init__(self, tmp_path: Path, policy: str, config: str = "") -> None:
         self.state_dir = tmp_path / "state"
         self.state_dir.mkdir(exist_ok=True)
         self.port = free_port()
-        self.config = write_config(tmp_path / "hitl.yaml", self.port)
+        self.config = write_config(tmp_path / "hitl.yaml", self.port, config)
         self.policy = tmp_path / "gate.yaml"
         self.policy.write_text(policy)
         self.marker = tmp_path / "marker.txt"
@@ -386,3 +386,27 @@ async def test_an_upstream_that_cannot_start_is_an_error_naming_it(tmp_path: Pat
         called = await client.call_tool("anything", {})
     assert f"cannot start the upstream {missing}" in listing.value.message
     assert called.is_error and f"cannot start the upstream {missing}" in text_of(called)
+
+
+async def test_a_rules_people_are_asked_and_credited(tmp_path: Path) -> None:
+    policy = """
+rules:
+  - tools: [touch]
+    when: [{path: mode, equals: stranger}]
+    action: ask
+    to: [nobody]
+  - tools: [touch]
+    action: ask
+    to: [owner]
+"""
+    people = "channels:\n  web: {type: web}\npeople:\n  owner: {web: web inbox user}\n"
+    gate = Gate(tmp_path, policy, people)
+    async with connected(gate.params(MARKER)) as client:
+        result, request_id = await answered_call(gate, client, "touch", {"name": "n"}, "approve")
+        request = await gate.request(request_id)
+        unknown = await client.call_tool("touch", {"name": "s", "mode": "stranger"})
+    assert not result.is_error, text_of(result)
+    answered = [row for row in request["audit"] if row["event"] == "answered"]
+    assert answered and answered[0]["data"].get("person") == "owner"
+    assert unknown.is_error and "unknown person 'nobody'" in text_of(unknown)
+    assert gate.marks() == ["n plain"]

@@ -67,6 +67,8 @@ async def ask_person(
         arguments["idempotency_key"] = f"{host}:{call.call_id}"[:200]
     if decision.channels:
         arguments["channels"] = decision.channels
+    if decision.to:
+        arguments["to"] = decision.to
     if decision.timeout_seconds:
         arguments["timeout_seconds"] = decision.timeout_seconds
     headers = {"Authorization": f"Bearer {server.token}"} if server.token else {}

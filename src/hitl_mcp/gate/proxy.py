@@ -42,7 +42,8 @@ from mcp.types import (
 )
 
 from hitl_mcp import __version__
-from hitl_mcp.broker import AskSpec, Broker
+from hitl_mcp.asks import AskSpec
+from hitl_mcp.broker import Broker
 from hitl_mcp.call_context import client_name
 from hitl_mcp.errors import BrokerError
 from hitl_mcp.gate.policy import Decision, Policy
@@ -210,11 +211,9 @@ class ProxyServer(MCPServer):
         broker = await self.get_broker()
         caller = client_name(ctx)
         details = f"Tool `{name}` of {self.upstream.name}, through hitl-mcp proxy."
-        if decision.to or decision.escalation:
-            # people and escalation ladders are named in the policy; until the broker routes by them
-            # they are shown to the person, so nobody reads the request as meant for someone else
-            who = ", ".join([*(decision.to or []), *([decision.escalation] if decision.escalation else [])])
-            details += f" For: {who}."
+        if decision.escalation:
+            # the config's defaults choose the ladder (per tool and risk): the policy's name is shown
+            details += f" Escalation named by the policy: {decision.escalation}."
         spec = AskSpec(
             kind=Kind.APPROVAL,
             text=decision.description,
@@ -222,6 +221,7 @@ class ProxyServer(MCPServer):
             payload=gate_payload(name, arguments),
             risk=decision.risk,
             channels=decision.channels,
+            to=decision.to,
             timeout_seconds=decision.timeout_seconds,
             session_key=self.session_key,
             client_name=caller,
