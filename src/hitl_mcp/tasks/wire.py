@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from mcp_types import RequestParams, Result
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 __all__ = [
     "EXTENSION",
@@ -29,11 +29,17 @@ TASK_ID = Field(min_length=1, max_length=1024, pattern=r"^[\x21-\x7e]+$")
 class TaskIdParams(RequestParams):
     """``tasks/get`` and ``tasks/cancel``: ``{taskId}``."""
 
+    # every shape here builds its validator at its first use, not at import: a start (the extension
+    # registers its methods with these types) answers tools/list without one
+    model_config = ConfigDict(defer_build=True)
+
     task_id: str = TASK_ID
 
 
 class UpdateTaskParams(RequestParams):
     """``tasks/update``: answers to the ``inputRequests`` a ``tasks/get`` showed, by key."""
+
+    model_config = ConfigDict(defer_build=True)
 
     task_id: str = TASK_ID
     input_responses: dict[str, Any]
@@ -41,6 +47,8 @@ class UpdateTaskParams(RequestParams):
 
 class Task(Result):
     """The fields every task shape carries (flat, no wrapper)."""
+
+    model_config = ConfigDict(defer_build=True)
 
     task_id: str
     status: TaskStatus
