@@ -50,7 +50,9 @@ class StepConfig(BaseModel):
     request's window) and what (exactly one of ``notify``, ``notify_people`` and ``remind``). Every
     step is dropped once the request settles; ``unless: answered`` says so in the file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # built at first use: only a config with an `escalation` section validates a ladder on its own (the
+    # Config model builds its own validator for them, at the first config read)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     after: Annotated[float, bounded(0, 30 * DAY)] | None = None
     at: Annotated[float, BeforeValidator(_fraction)] | None = None
@@ -82,7 +84,7 @@ class LadderConfig(BaseModel):
     """A named ladder: its steps, and what its request's timeout does (``keep_pending``: nothing;
     the request stays answerable and its window only places the ``at`` steps)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)  # as StepConfig's
 
     steps: Annotated[list[StepConfig], Field(min_length=1)]
     on_timeout: Literal["expire", "keep_pending"] = "expire"
