@@ -253,3 +253,26 @@ async def test_tools_list_has_described_inputs_and_outcome_schema(state_dir: Pat
         for name in ("ask_user", "request_approval", "wait_for_response", "cancel_request"):
             schema = tools[name].output_schema
             assert schema is not None and {"request_id", "status", "next_step"} <= set(schema["properties"])
+
+
+def test_the_tools_precomputed_schemas_are_what_the_tools_give() -> None:
+    """``tools/list`` answers from ``tool_schemas.json`` before the tools are built (a faster start):
+    it must be what building them gives. After changing a tool: python -m hitl_mcp.tool_schemas"""
+    from hitl_mcp import tool_schemas
+
+    assert tool_schemas.SCHEMAS == tool_schemas.computed()
+
+
+async def test_tools_list_is_the_same_listed_before_the_tools_are_built(state_dir: Path) -> None:
+    from hitl_mcp import tool_args
+
+    async with running(state_dir) as rt:
+        async with Client(rt.build_mcp(), mode="legacy") as client:
+            listed = (await client.list_tools()).tools
+        tool_args.USE_SCHEMAS = False
+        try:
+            async with Client(rt.build_mcp(), mode="legacy") as client:
+                built = (await client.list_tools()).tools
+        finally:
+            tool_args.USE_SCHEMAS = True
+    assert [t.model_dump() for t in listed] == [t.model_dump() for t in built]

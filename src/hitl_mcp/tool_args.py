@@ -13,19 +13,28 @@ Built on the SDK's own ``Tool`` (``mcp`` 2.3.0), with two changes:
   (``details: at most 16000 characters``), not as pydantic's dump with its documentation URL.
 
 The description is the function's docstring, dedented.
+
+**Listed before they are built.** A tool's JSON schemas (arguments, result) are what ``tools/list``
+needs; building its argument model and computing the schemas is about 0.1 G instructions of a cold
+start for the five. So each tool is listed from ``tool_schemas.py`` (what ``Tool.from_function``
+computes, generated, and checked by ``tests/test_tools.py``), and built as before at its first call.
+A tool missing from that file is built at once.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools.base import Tool
-from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
-from pydantic import Field, ValidationError
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+from pydantic import Field, PrivateAttr, ValidationError
+
+from hitl_mcp.tool_schemas import SCHEMAS
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
@@ -43,17 +52,40 @@ class ExactTextMetadata(FuncMetadata):
         return parsed
 
 
+log = logging.getLogger("hitl_mcp.server")
+
+#: the tools' schemas as listed before they are built (tests turn it off to compute them)
+USE_SCHEMAS = True
+
+
 class HitlTool(Tool):
     """A tool whose argument errors read as one line each."""
+
+    _unbuilt: dict[str, Any] | None = PrivateAttr(default=None)
+    """Listed from ``tool_schemas.py``: the options to build it with at its first call."""
 
     async def run(
         self, arguments: dict[str, Any], context: Context[Any, Any], convert_result: bool = False
     ) -> Any:
+        if self._unbuilt is not None:
+            self._build(self._unbuilt)
         try:
             self.fn_metadata.validate_arguments(arguments)
         except ValidationError as exc:
             raise ToolError(readable(exc)) from None
         return await super().run(arguments, context, convert_result)
+
+    def _build(self, options: dict[str, Any]) -> None:
+        built = _built(self.fn, options)
+        if (built.parameters, built.output_schema) != (self.parameters, self.output_schema):
+            log.error(
+                "hitl-mcp: %s's schemas differ from tool_schemas.py (regenerate it: python -m "
+                "hitl_mcp.tool_schemas); validating with the built ones",
+                self.name,
+            )
+        for name in Tool.model_fields:
+            setattr(self, name, getattr(built, name))
+        self._unbuilt = None
 
 
 def readable(exc: ValidationError) -> str:
@@ -82,6 +114,44 @@ def is_text(annotation: Any) -> bool:
 def tool(fn: Callable[..., Any], **options: Any) -> Tool:
     """``Tool.from_function(fn, **options)`` with the changes above."""
     options.setdefault("description", inspect.cleandoc(fn.__doc__ or ""))
+    name = options.get("name") or fn.__name__
+    known = SCHEMAS.get(name) if USE_SCHEMAS else None
+    if known is None:
+        return _built(fn, options)
+    listed = HitlTool(
+        fn=fn,
+        name=name,
+        title=options.get("title"),
+        description=options["description"],
+        parameters=known["parameters"],
+        # what tools/list reads of it until the first call builds the real one
+        fn_metadata=FuncMetadata.model_construct(
+            arg_model=ArgModelBase, output_schema=known["output_schema"], output_model=None
+        ),
+        is_async=known["is_async"],
+        context_kwarg=known["context_kwarg"],
+        annotations=options.get("annotations"),
+        icons=options.get("icons"),
+        meta=options.get("meta"),
+    )
+    listed._unbuilt = options
+    return listed
+
+
+def listed_schemas(tools: list[Tool]) -> dict[str, dict[str, Any]]:
+    """What ``tool_schemas.py`` holds of each tool."""
+    return {
+        t.name: {
+            "parameters": t.parameters,
+            "output_schema": t.output_schema,
+            "is_async": t.is_async,
+            "context_kwarg": t.context_kwarg,
+        }
+        for t in tools
+    }
+
+
+def _built(fn: Callable[..., Any], options: dict[str, Any]) -> HitlTool:
     built = Tool.from_function(fn, **options)
     meta = built.fn_metadata
     texts = frozenset(
