@@ -20,9 +20,11 @@ and ``hitl_mcp.durations``; ``channels.testing`` has a channel for tests. See do
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -249,6 +251,7 @@ class Channel:
         self.config = config
         self.hub = hub
         self.log = logging.getLogger(f"hitl_mcp.channels.{self.type or name}")
+        self._background: list[asyncio.Task[None]] = []
 
     # --- the kit -------------------------------------------------------------------------------
 
@@ -280,6 +283,20 @@ class Channel:
         except NotFound:
             return Unknown(request_id)
         return Answered(result.request) if result.won else Late(result.request, result.reason)
+
+    def in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` (a poller, a subscription) from ``start`` until :meth:`stop_background`,
+        which ``close`` calls before closing the clients the work uses."""
+        self._background.append(asyncio.get_running_loop().create_task(work, name=f"hitl {self.name}"))
+
+    async def stop_background(self) -> None:
+        """Cancel what :meth:`in_background` started, and wait for it to end."""
+        tasks, self._background = self._background, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def ignore(self, request_id: str | None, actor: str | None, reason: str, **data: Any) -> None:
         """A reply not let through (a sender not allowed, a request closed, words not understood):

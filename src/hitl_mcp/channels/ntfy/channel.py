@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
@@ -42,7 +41,6 @@ class NtfyChannel(_Answers):
         super().__init__(name, config, hub)
         assert isinstance(config, Config)
         self._client: httpx2.AsyncClient | None = None
-        self._subscriber: asyncio.Task[None] | None = None
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -54,14 +52,10 @@ class NtfyChannel(_Answers):
     async def start(self) -> None:
         self._client = self._new_client()
         if self.via_reply_topic:
-            self._subscriber = asyncio.get_running_loop().create_task(self.subscribe_forever())
+            self.in_background(self.subscribe_forever())
 
     async def close(self) -> None:
-        subscriber, self._subscriber = self._subscriber, None
-        if subscriber is not None:
-            subscriber.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await subscriber
+        await self.stop_background()
         client, self._client = self._client, None
         if client is not None:
             with anyio.CancelScope(shield=True):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from typing import Any, ClassVar
 
 import anyio
@@ -38,14 +36,10 @@ class TelegramChannel(TelegramInbound):
                 self.name,
             )
         run = self._set_webhook() if self.webhook else self._poll_forever()
-        self._task = asyncio.get_running_loop().create_task(run)
+        self.in_background(run)
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self.stop_background()
         api, self._api = self._api, None
         if api is not None:
             with anyio.CancelScope(shield=True):

@@ -55,7 +55,6 @@ class TelegramInbound(BaseChannel):
     def __init__(self, name: str, config: ChannelConfig, hub: Hub) -> None:
         super().__init__(name, config, hub)
         self._api: Api | None = None
-        self._task: asyncio.Task[None] | None = None
 
     # --- what this channel is --------------------------------------------------------------------
 

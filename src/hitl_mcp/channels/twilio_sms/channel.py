@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import secrets
@@ -50,7 +49,6 @@ class TwilioSmsChannel(SmsInbound):
         super().__init__(name, config, hub)
         assert isinstance(config, Config)
         self._client: Client | None = None
-        self._poller: asyncio.Task[None] | None = None
         self._code_lock = anyio.Lock()
         #: where a new code comes from; the allocator skips codes in use
         self.next_code: Callable[[], str] = lambda: str(1000 + secrets.randbelow(9000))
@@ -78,14 +76,10 @@ class TwilioSmsChannel(SmsInbound):
                 self.name,
             )
         if self.polling:
-            self._poller = asyncio.get_running_loop().create_task(self._poll_forever())
+            self.in_background(self._poll_forever())
 
     async def close(self) -> None:
-        poller, self._poller = self._poller, None
-        if poller is not None:
-            poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poller
+        await self.stop_background()
         client, self._client = self._client, None
         if client is not None:
             with anyio.CancelScope(shield=True):
