@@ -93,10 +93,13 @@ def sc(result: Any) -> dict[str, Any]:
     return result.structured_content
 
 
-async def cli(state_dir: Path, *args: str) -> tuple[int, str, str]:
+async def cli(state_dir: Path, *args: str, **env: str) -> tuple[int, str, str]:
+    """``hitl-mcp <args> --state-dir <state_dir>`` from the checkout, with ``env`` added to the server's
+    environment; its exit code, stdout and stderr."""
     result = await anyio.run_process(
         [PYTHON, "-m", "hitl_mcp", *args, "--state-dir", str(state_dir)],
-        env=server_env(state_dir),
+        env=server_env(state_dir, **env),
+        cwd=ROOT,
         check=False,
     )
     return result.returncode, result.stdout.decode(), result.stderr.decode()

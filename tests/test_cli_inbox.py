@@ -28,18 +28,9 @@ from tests.conftest import (
     server_process,
     write_config,
 )
+from tests.conftest import cli as hitl
 
 pytestmark = pytest.mark.anyio
-
-
-async def hitl(state_dir: Path, *args: str, **env: str) -> tuple[int, str, str]:
-    result = await anyio.run_process(
-        [PYTHON, "-m", "hitl_mcp", *args, "--state-dir", str(state_dir)],
-        env=server_env(state_dir, **env),
-        cwd=ROOT,
-        check=False,
-    )
-    return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
 async def signs_in(link: str) -> bool:

@@ -6,23 +6,13 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-import anyio
 import pytest
 from mcp import Client
 
-from tests.conftest import PYTHON, ROOT, TOKEN, free_port, sc, serve_args, server_env, server_process
+from tests.conftest import TOKEN, free_port, sc, serve_args, server_env, server_process
+from tests.conftest import cli as hitl
 
 pytestmark = pytest.mark.anyio
-
-
-async def hitl(state_dir: Path, *args: str, **env: str) -> tuple[int, str, str]:
-    result = await anyio.run_process(
-        [PYTHON, "-m", "hitl_mcp", *args, "--state-dir", str(state_dir)],
-        env=server_env(state_dir, **env),
-        cwd=ROOT,
-        check=False,
-    )
-    return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
 def status(state_dir: Path, rid: str) -> str:

@@ -30,6 +30,7 @@ from hitl_mcp.config import effective_config, parse_config
 from hitl_mcp.models import Kind, Reply, Request, Status
 from hitl_mcp.retry import RetryPolicy
 from tests.conftest import PYTHON, ROOT, TOKEN, Heard, make_config, running, server_env
+from tests.support.agent import approval_while
 from tests.support.events import until
 from tests.support.harness import channel_broker, sent_row, watching
 from tests.support.ntfy_standin import NtfyStandin, tap
@@ -563,34 +564,21 @@ async def test_end_to_end_an_approval_from_a_phone_with_no_public_url(
 """
     async with running(state_dir, make_config(extra)) as rt:
         async with Client(rt.build_mcp(), mode="legacy") as client:
-            out: dict[str, Any] = {}
 
-            async def approve() -> None:
-                result = await client.call_tool(
-                    "request_approval",
-                    {
-                        "action": "Deploy v3",
-                        "payload": {"tag": "v3"},
-                        "channels": ["ntfy"],
-                        "wait_seconds": 30,
-                    },
-                )
-                assert not result.is_error, result.content
-                out.update(result.structured_content)
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(approve)
+            async def person() -> None:
                 await subscribed(stand)
                 sent = await notified(stand)
                 assert "v3" not in sent["message"].replace("Deploy v3", "")  # the payload stays home
                 await tap(button(sent, "Approve"))
+
+            out = await approval_while(client, "ntfy", person)
             assert (out["status"], out["approved"], out["channel"], out["responder"]) == (
                 "answered",
                 True,
                 "ntfy",
                 "ntfy subscriber",
             )
-            update = await notified(stand, 2)
+            sent, update = await notified(stand), await notified(stand, 2)
             assert update["sequence_id"] == sent["sequence_id"]
             assert update["message"].startswith("Approved by ntfy subscriber via ntfy")
 

@@ -27,6 +27,7 @@ from hitl_mcp.config import ConfigError, parse_config
 from hitl_mcp.models import Kind, Request, Status
 from hitl_mcp.results import next_step
 from tests.conftest import PYTHON, ROOT, TOKEN, api_client, make_config, running
+from tests.support.agent import approval_while
 from tests.support.events import until
 from tests.support.harness import channel_broker, sent_row
 from tests.support.serve import serving
@@ -660,25 +661,12 @@ async def test_end_to_end_through_the_mcp_tools(
 """
     async with running(state_dir, make_config(extra)) as rt, api_client(rt) as api:
         async with Client(rt.build_mcp(), mode="legacy") as client:
-            out: dict[str, Any] = {}
 
-            async def approve() -> None:
-                result = await client.call_tool(
-                    "request_approval",
-                    {
-                        "action": "Deploy v3",
-                        "payload": {"tag": "v3"},
-                        "channels": ["slack"],
-                        "wait_seconds": 30,
-                    },
-                )
-                assert not result.is_error, result.content
-                out.update(result.structured_content)
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(approve)
+            async def person() -> None:
                 message = await posted(stand)
                 await stand.push("interactive", stand.click(message, SAM, "approve"))
+
+            out = await approval_while(client, "slack", person)
             assert (out["status"], out["approved"], out["responder"], out["channel"]) == (
                 "answered",
                 True,

@@ -30,6 +30,7 @@ from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.config import ConfigError, parse_config
 from hitl_mcp.models import Kind, Request, Status
 from tests.conftest import api_client, cli, make_config, running
+from tests.support.agent import approval_while
 from tests.support.harness import channel_broker, sent_row, watching
 from tests.support.serve import serving
 from tests.support.telegram_standin import (
@@ -666,25 +667,12 @@ async def test_end_to_end_the_agents_call_returns_the_tap(
 """
     async with running(state_dir, make_config(extra)) as rt, api_client(rt) as api:
         async with Client(rt.build_mcp(), mode="legacy") as client:
-            out: dict[str, Any] = {}
 
-            async def approve() -> None:
-                result = await client.call_tool(
-                    "request_approval",
-                    {
-                        "action": "Deploy v3",
-                        "payload": {"tag": "v3"},
-                        "channels": ["telegram"],
-                        "wait_seconds": 30,
-                    },
-                )
-                assert not result.is_error, result.content
-                out.update(result.structured_content)
-
-            async with anyio.create_task_group() as tg_:
-                tg_.start_soon(approve)
+            async def person() -> None:
                 message = await stand.sent()
                 stand.press(message, "Approve", SAM)  # one tap on the phone
+
+            out = await approval_while(client, "telegram", person)
             assert (out["status"], out["approved"], out["responder"], out["channel"]) == (
                 "answered",
                 True,

@@ -37,6 +37,7 @@ from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.config import ConfigError, parse_config
 from hitl_mcp.models import Kind, Request, Status
 from tests.conftest import PYTHON, TOKEN, api_client, make_config, running
+from tests.support.agent import approval_while
 from tests.support.events import Changes, until
 from tests.support.harness import ChannelFactory, channel_broker, sent_row
 from tests.support.serve import serving
@@ -515,23 +516,8 @@ server:
 """
     async with running(state_dir, make_config(extra)) as rt, api_client(rt) as api:
         async with Client(rt.build_mcp(), mode="legacy") as client:
-            out: dict[str, Any] = {}
 
-            async def approve() -> None:
-                result = await client.call_tool(
-                    "request_approval",
-                    {
-                        "action": "Deploy v3",
-                        "payload": {"tag": "v3"},
-                        "channels": ["hook"],
-                        "wait_seconds": 30,
-                    },
-                )
-                assert not result.is_error, result.content
-                out.update(result.structured_content)
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(approve)
+            async def person() -> None:
                 (event,) = await receiver.until_events("hitl.request.created")
                 data = event["data"]
                 assert (
@@ -548,6 +534,8 @@ server:
                 path = data["reply_url"].removeprefix(PUBLIC)
                 response = await api.post(path, content=body, headers=signed(body))
                 assert response.status_code == 200, response.text
+
+            out = await approval_while(client, "hook", person)
             assert (out["status"], out["approved"], out["responder"], out["channel"], out["comment"]) == (
                 "answered",
                 True,
