@@ -259,3 +259,17 @@ def run(main: Any, *args: Any) -> Any:
     except ImportError:
         return anyio.run(main, *args)
     return anyio.run(main, *args, backend_options={"use_uvloop": True})
+
+
+def command_line(doc: str, main: Any) -> None:
+    """The two phone benches' command line: ``--pending N`` requests waiting, ``--samples K`` per
+    channel; then ``main(pending, samples)`` under :func:`run`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--pending", type=int, default=1000, metavar="N")
+    parser.add_argument("--samples", type=int, default=300, metavar="K", help="per channel")
+    args = parser.parse_args()
+    if args.pending < 0 or args.samples < 1:
+        parser.error("--pending at least 0, --samples at least 1")
+    run(main, args.pending, args.samples)

@@ -22,13 +22,12 @@ Prints a table (milliseconds; percentiles by nearest rank; ``stored_p50``: from 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from typing import Any
 
-from _phone import Bench, epoch, machine, make_pending, phone_bench, run, summary, wait_sent
+from _phone import Bench, command_line, epoch, machine, make_pending, phone_bench, summary, wait_sent
 
 GOAL_P99_MS = 100.0
 WARM_UP = 10
@@ -86,10 +85,4 @@ async def main(pending: int, samples: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pending", type=int, default=1000, metavar="N")
-    parser.add_argument("--samples", type=int, default=300, metavar="K", help="per channel")
-    args = parser.parse_args()
-    if args.pending < 0 or args.samples < 1:
-        parser.error("--pending at least 0, --samples at least 1")
-    run(main, args.pending, args.samples)
+    command_line(__doc__ or "", main)

@@ -30,7 +30,6 @@ stdout.
 
 from __future__ import annotations
 
-import argparse
 import json
 import secrets
 import sys
@@ -46,10 +45,10 @@ from _phone import (
     SECRET,
     Bench,
     TimedTelegram,
+    command_line,
     machine,
     make_pending,
     phone_bench,
-    run,
     summary,
     tap,
     wait_sent,
@@ -198,10 +197,4 @@ async def main(pending: int, samples: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pending", type=int, default=1000, metavar="N")
-    parser.add_argument("--samples", type=int, default=300, metavar="K", help="per channel")
-    args = parser.parse_args()
-    if args.pending < 0 or args.samples < 1:
-        parser.error("--pending at least 0, --samples at least 1")
-    run(main, args.pending, args.samples)
+    command_line(__doc__ or "", main)
