@@ -43,8 +43,8 @@ KEEP_AFTER_EXPIRY_MS = 86_400_000
 
 
 def ttl_ms(request: Request) -> int | None:
-    """The task's time to live: until its request expires, and a day more to read how it ended.
-    A number rather than null ("unlimited", also true), which every client's schema accepts."""
+    """The task's time to live: until its request expires, and a day more to read how it ended; None
+    (unlimited) for a request that never expires (``on_timeout: keep_pending``)."""
     if request.expires_at is None:
         return None
     return int((request.expires_at - request.created_at) * 1000) + KEEP_AFTER_EXPIRY_MS

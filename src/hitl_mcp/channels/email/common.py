@@ -11,16 +11,11 @@ from email.headerregistry import Address
 from email.message import EmailMessage
 from email.parser import BytesHeaderParser
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from hitl_mcp.channels.email.config import _address
 from hitl_mcp.models import Kind, Request, Status
 from hitl_mcp.signing import SecretFile
 from hitl_mcp.wording import verdict
-
-if TYPE_CHECKING:
-    pass
-
-from hitl_mcp.channels.email.config import _address
 
 # ---------------------------------------------------------------------------------------- helpers
 

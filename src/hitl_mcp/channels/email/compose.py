@@ -8,17 +8,12 @@ import json
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hitl_mcp.channels.base import Channel as BaseChannel
-from hitl_mcp.models import Kind, Request, now
-from hitl_mcp.signing import Signer, b64url, unb64url
-
-if TYPE_CHECKING:
-    pass
-
 from hitl_mcp.channels.email.common import _PAYLOAD_SHOWN, Link, _headline, _when, load_key
 from hitl_mcp.channels.email.config import Config, _address
+from hitl_mcp.models import Kind, Request, now
+from hitl_mcp.signing import Signer, b64url, unb64url
 
 
 class _Composing(BaseChannel):

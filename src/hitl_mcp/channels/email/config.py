@@ -6,7 +6,7 @@ import logging
 import re
 from email.utils import parseaddr
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -23,10 +23,6 @@ from hitl_mcp.channels.base import (
 )
 from hitl_mcp.durations import bounded
 from hitl_mcp.net import is_loopback
-
-if TYPE_CHECKING:
-    pass
-
 
 log = logging.getLogger("hitl_mcp.channels.email")
 

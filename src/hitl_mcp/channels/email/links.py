@@ -17,13 +17,9 @@ from hitl_mcp.channels.base import (
     Late,
 )
 from hitl_mcp.channels.base import Channel as BaseChannel
-from hitl_mcp.models import Kind, Reply, Request, Status, now
-
-if TYPE_CHECKING:
-    pass
-
 from hitl_mcp.channels.email.common import LINK_PATH, Link, _settled_text
 from hitl_mcp.channels.email.config import Config
+from hitl_mcp.models import Kind, Reply, Request, Status, now
 
 
 class _Links(BaseChannel):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from email.message import EmailMessage
-from typing import TYPE_CHECKING
 
 import anyio
 
@@ -13,10 +12,6 @@ from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.base import (
     DeliveryError,
 )
-
-if TYPE_CHECKING:
-    pass
-
 from hitl_mcp.channels.email.common import _tls_context
 from hitl_mcp.channels.email.config import Config, log
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from datetime import timedelta
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
 
@@ -14,10 +14,6 @@ from hitl_mcp.channels.base import (
 )
 from hitl_mcp.durations import bounded
 from hitl_mcp.retry import RetryPolicy
-
-if TYPE_CHECKING:
-    pass
-
 
 log = logging.getLogger("hitl_mcp.channels.twilio_sms")
 

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from hitl_mcp.channels._replies import PUNCTUATION as _PUNCTUATION
 from hitl_mcp.channels._replies import choice_by_number, decision_of
 from hitl_mcp.channels.base import (
     Delivery,
 )
+from hitl_mcp.channels.twilio_sms.config import CUT_WITH_LINK, MAX_CHARS
 from hitl_mcp.models import Kind, Reply, Request, Status
 from hitl_mcp.wording import answered_what
-
-if TYPE_CHECKING:
-    pass
-
-from hitl_mcp.channels.twilio_sms.config import CUT_WITH_LINK, MAX_CHARS
 
 # ---------------------------------------------------------------------------------- message text
 

@@ -6,15 +6,11 @@ import base64
 import functools
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
-
-from hitl_mcp.retry import retry_after
-
-if TYPE_CHECKING:
-    pass
+from typing import Any, Literal
 
 from hitl_mcp.channels.twilio_sms.config import TWILIO_API
 from hitl_mcp.channels.twilio_sms.text import _squash
+from hitl_mcp.retry import retry_after
 
 # ----------------------------------------------------------------------------------- the transport
 
