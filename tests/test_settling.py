@@ -833,7 +833,7 @@ async def test_a_request_created_by_another_process_is_swept_all_the_same(
 async def test_the_change_feed_catches_up_on_a_backlog_without_pausing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_failed_rounds: None
 ) -> None:
-    monkeypatch.setattr(broker_module, "POLL_SECONDS", 5.0)
+    monkeypatch.setattr(sqlite_module, "CHANGE_POLL_SECONDS", 5.0)
     path = tmp_path / "shared.sqlite3"
     async with make_broker(path) as broker, make_broker(path) as other, running(broker):
         for i in range(1001):  # more than one read of the feed

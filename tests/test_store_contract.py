@@ -973,3 +973,25 @@ async def test_a_step_of_a_request_past_its_expiry_waits_for_the_expiry(engine: 
     assert await store.run_due_steps(request.created_at + 10) == []
     await close_request(store, request.id, Status.EXPIRED, "expiry", {"answer": None})  # type: ignore[arg-type]
     assert [s.status for s in await store.steps(request.id)] == ["cancelled"]
+
+
+# --------------------------------------------------------------------------------------- leases
+
+
+async def test_a_lease_has_one_holder_among_processes_until_released(engine: Engine) -> None:
+    other = await engine.connect()
+    try:
+        held = await engine.store.try_lease("poller:telegram")
+        assert held is not None and await held.alive()
+        assert await other.try_lease("poller:telegram") is None  # another process: refused
+        assert await engine.store.try_lease("poller:telegram") is None  # a second holder here too
+        free = await other.try_lease("poller:email")
+        assert free is not None  # another name is free
+        await free.release()
+        await held.release()
+        assert not await held.alive()
+        taken = await other.try_lease("poller:telegram")
+        assert taken is not None  # released: another process takes it over
+        await taken.release()
+    finally:
+        await other.close()

@@ -2,7 +2,8 @@
 
 A request is a row; a waiting coroutine is only a view on it. Within one process a resolution
 wakes its waiters at once; a resolution written by another process sharing the database is seen
-by the change poller (every ``POLL_SECONDS``) or at the waiter's next heartbeat.
+by the change feed (woken by ``store.changed()``: a notification on PostgreSQL, a 0.5 s poll on SQLite)
+or at the waiter's next heartbeat.
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ __all__ = [
 
 log = logging.getLogger("hitl_mcp.broker")
 
-POLL_SECONDS = 0.5
 MAINTAIN_SECONDS = 2.0
 WAKING_EVENTS = ("answered", "expired", "cancelled", "delivery_failed")
 NOTIFY_TIMEOUT = 15.0
@@ -139,7 +139,7 @@ class Broker(BrokerViews):
             if change.request_id is not None:
                 self._publish(change.request_id, change.event)
         if len(changes) < 1000:
-            await anyio.sleep(POLL_SECONDS)
+            await self.store.changed()
 
     def _publish(self, request_id: str, event: str) -> None:
         if event in WAKING_EVENTS:

@@ -13,7 +13,7 @@ from hitl_mcp.audit import AuditRow
 from hitl_mcp.channels.base import Delivery
 from hitl_mcp.errors import NotFound
 from hitl_mcp.models import Kind, Request, Status
-from hitl_mcp.store.base import DeliveryRow, History, ReplyRow, Store
+from hitl_mcp.store.base import DeliveryRow, History, ReplyRow, Store, StoreError
 
 __all__ = ["BrokerViews"]
 
@@ -84,8 +84,12 @@ class BrokerViews:
         return await self.history.count(status, before)
 
     async def store_answers(self) -> None:
-        """A cheap read that raises when the store cannot answer (``/healthz``)."""
+        """A cheap read that raises when the store cannot answer, or when this process would miss
+        other processes' changes (``/healthz``)."""
         await self.store.last_seq()
+        problem = self.store.listener_problem()
+        if problem is not None:
+            raise StoreError(problem)
 
     async def undelivered(self, request_id: str) -> list[dict[str, str]]:
         """When every channel failed to deliver the request, why each failed; else empty."""

@@ -82,6 +82,16 @@ class ReplyRow:
     reason: str | None
 
 
+class Lease(Protocol):
+    """A named lease held by this process alone among every process on the database (``try_lease``)."""
+
+    async def alive(self) -> bool:
+        """Whether it is still held (an engine that holds it on a connection checks the connection)."""
+        ...
+
+    async def release(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Change:
     seq: int
@@ -212,6 +222,22 @@ class Store(Protocol):
 
     async def maintain(self) -> None:
         """Housekeeping off the request path (e.g. WAL checkpoints); called every few seconds."""
+        ...
+
+    async def changed(self) -> None:
+        """Return when another process may have written (read ``changes_since`` then): at once on a
+        notification (PostgreSQL's LISTEN), or after the engine's poll interval (SQLite's 0.5 s;
+        PostgreSQL's fallback poll, 30 s)."""
+        ...
+
+    async def try_lease(self, name: str) -> Lease | None:
+        """Hold the lease ``name`` (one holder among the processes on this database), or None when
+        another process holds it. It ends on ``release`` or when this process dies."""
+        ...
+
+    def listener_problem(self) -> str | None:
+        """Why this process may miss other processes' changes (a dropped LISTEN connection); None
+        when nothing is wrong. ``/healthz`` answers 503 while it is not None."""
         ...
 
 

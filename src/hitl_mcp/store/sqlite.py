@@ -12,8 +12,10 @@ from ``maintain`` on a second connection in its own thread.
 from __future__ import annotations
 
 import builtins  # for builtins.list: below a class's list method, `list` names the method
+import fcntl
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -199,6 +201,24 @@ MIGRATIONS: list[str] = [
 AUTOCHECKPOINT_PAGES = 20_000  # about 80 MB of WAL
 #: how long a unit of work waits for another process's write lock before "database is locked"
 BUSY_TIMEOUT_MS = 10_000
+#: how often ``changed`` looks for another process's writes (SQLite cannot say when they happen)
+CHANGE_POLL_SECONDS = 0.5
+
+
+class FileLease:
+    """A lease as an exclusive ``flock`` on a file beside the database: the kernel ends it when the
+    process dies, and it excludes other processes and other holders in this one alike."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    async def alive(self) -> bool:
+        return self._fd is not None
+
+    async def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the lock
+            self._fd = None
 
 
 class SqliteStore:
@@ -214,6 +234,23 @@ class SqliteStore:
         self._checkpointer: aiosqlite.Connection | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
+
+    async def changed(self) -> None:
+        await anyio.sleep(CHANGE_POLL_SECONDS)
+
+    async def try_lease(self, name: str) -> FileLease | None:
+        folder = self.path.parent / "leases"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return FileLease(fd)
+
+    def listener_problem(self) -> str | None:
+        return None  # no listener: ``changed`` polls
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
