@@ -13,7 +13,7 @@ from hitl_mcp.audit import AuditRow
 from hitl_mcp.channels.base import Delivery
 from hitl_mcp.errors import NotFound
 from hitl_mcp.models import Kind, Request, Status
-from hitl_mcp.store.base import DeliveryRow, History, ReplyRow, Store, StoreError
+from hitl_mcp.store.base import DeliveryRow, History, Lease, ReplyRow, Store, StoreError
 
 __all__ = ["BrokerViews"]
 
@@ -51,6 +51,9 @@ class BrokerViews:
         self, request_id: str | None, event: str, actor: str | None, data: dict[str, Any]
     ) -> None:
         await self.store.record(request_id, event, actor, data)
+
+    async def try_lease(self, name: str) -> Lease | None:
+        return await self.store.try_lease(name)
 
     async def get_or_raise(self, request_id: str) -> Request:
         request = await self.store.get(request_id)

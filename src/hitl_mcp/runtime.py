@@ -93,6 +93,7 @@ class Runtime:
 
     def settings(self) -> Settings:
         d = self.config.defaults
+        key = self.config.server.request_state_key
         return Settings(
             heartbeat_seconds=d.heartbeat_seconds,
             max_block_seconds=d.max_block_seconds,
@@ -100,10 +101,16 @@ class Runtime:
             state_dir=self.state_dir,
             linking=Linking(self.inbox_url, RequestLinks(self.auth)) if self.inbox_url else None,
             agent=self.config.server.agent,
+            request_state_key=key.get_secret_value() if key is not None else None,
         )
 
     def build_mcp(self) -> MCPServer:
-        return build_server(self.broker, self.settings())
+        from hitl_mcp.state_key import BadStateKey
+
+        try:
+            return build_server(self.broker, self.settings())
+        except BadStateKey as exc:
+            raise ConfigRefused(f"cannot seal round-trip state: {exc}") from None
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Open the store, start the channels and the broker's loops; runs until cancelled."""

@@ -32,7 +32,8 @@ from hitl_mcp.host_window import Linking
 from hitl_mcp.hosts import host_budget
 from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json, client_identity
 from hitl_mcp.results import describe_notification, format_duration, to_outcome, tool_result
-from hitl_mcp.signing import SecretFile
+from hitl_mcp.state_key import STATE_KEY_FILE as STATE_KEY_FILE  # re-exported
+from hitl_mcp.state_key import request_state_keys
 from hitl_mcp.tasks import TasksExtension, answering_as_task
 from hitl_mcp.tool_args import (
     ChannelList,
@@ -61,8 +62,6 @@ OutcomeResult = Annotated[CallToolResult, Outcome]
 #: what a blocking tool returns: the outcome, or (2026-07-28) the host's form to fill in first
 Waited = OutcomeResult | InputRequiredResult
 
-#: the request-state key's file in the state directory
-STATE_KEY_FILE = "request-state.key"
 #: how long a sealed round-trip state stays valid: longer than any request lives (30 days at most)
 REQUEST_STATE_TTL = 31 * 86400.0
 
@@ -78,12 +77,15 @@ class Settings:
         state_dir: Path | None = None,
         linking: Linking | None = None,
         agent: str | None = None,
+        request_state_key: str | None = None,
     ) -> None:
         self.heartbeat_seconds = heartbeat_seconds
         self.max_block_seconds = max_block_seconds
         self.host_overrides = host_overrides or {}
         self.state_dir = state_dir
         """Where the request-state key is kept; None: a key that dies with the process."""
+        self.request_state_key = request_state_key
+        """``server.request_state_key``: the key ring every replica shares (``state_key.py``)."""
         self.linking = linking
         """Where links to the inbox point (URL-mode elicitation); None: no links."""
         self.agent = agent
@@ -100,8 +102,8 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
     """The MCP server; ``get_broker`` returns the broker once the store is open."""
     security = None
     if settings.state_dir is not None:
-        key = request_state_key(settings.state_dir)
-        security = RequestStateSecurity(keys=[key], ttl=REQUEST_STATE_TTL)
+        keys = request_state_keys(settings.state_dir, settings.request_state_key)
+        security = RequestStateSecurity(keys=keys, ttl=REQUEST_STATE_TTL)
     tools: list[Tool] = []
 
     def register(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -362,12 +364,6 @@ def call_budget(ctx: Context, settings: Settings, wait_seconds: float | None) ->
     if wait_seconds is not None:
         budget = min(budget, wait_seconds)
     return budget
-
-
-def request_state_key(state_dir: Path) -> bytes:
-    """The key that seals 2026-07-28 round-trip state, kept in the state directory (mode 0600) so a
-    retry survives a restart and every process sharing the directory accepts it."""
-    return SecretFile(state_dir, STATE_KEY_FILE, holds="the key to round-trip state").get().encode()
 
 
 def _json_size(payload: Any) -> str:

@@ -21,10 +21,9 @@ and ``hitl_mcp.durations``; ``channels.testing`` has a channel for tests. See do
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-from collections.abc import Collection, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -55,7 +54,10 @@ __all__ = [
 log = logging.getLogger("hitl_mcp.channels")
 
 if TYPE_CHECKING:  # config validation imports channel modules: keep them light
+    import anyio
     from starlette.routing import BaseRoute
+
+    from hitl_mcp.store.base import Lease
 
 
 class ChannelConfig(BaseModel):
@@ -125,6 +127,11 @@ class Hub(Protocol):
         self, request_id: str | None, event: str, actor: str | None, data: dict[str, Any]
     ) -> None:
         """Append to the audit log, e.g. a reply ignored because its sender is not allowed."""
+        ...
+
+    async def try_lease(self, name: str) -> Lease | None:
+        """Hold the lease ``name`` among every process on the store, or None when another holds it
+        (``in_background(..., exclusive=True)`` uses it)."""
         ...
 
 
@@ -251,7 +258,7 @@ class Channel:
         self.config = config
         self.hub = hub
         self.log = logging.getLogger(f"hitl_mcp.channels.{self.type or name}")
-        self._background: list[asyncio.Task[None]] = []
+        self._background: list[tuple[asyncio.Task[None], anyio.CancelScope]] = []
 
     # --- the kit -------------------------------------------------------------------------------
 
@@ -284,19 +291,46 @@ class Channel:
             return Unknown(request_id)
         return Answered(result.request) if result.won else Late(result.request, result.reason)
 
-    def in_background(self, work: Coroutine[Any, Any, None]) -> None:
+    def in_background(
+        self,
+        work: Coroutine[Any, Any, None] | Callable[[], Awaitable[None]],
+        *,
+        exclusive: bool = False,
+    ) -> None:
         """Run ``work`` (a poller, a subscription) from ``start`` until :meth:`stop_background`,
-        which ``close`` calls before closing the clients the work uses."""
-        self._background.append(asyncio.get_running_loop().create_task(work, name=f"hitl {self.name}"))
+        which ``close`` calls before closing the clients the work uses.
+
+        ``exclusive``: run it in one process only among those sharing the store (replicas): while
+        this process holds the lease ``poller:<name>``; it is stopped if the lease is lost and run
+        again when it is taken back, so ``work`` is then a function that starts it afresh
+        (``channels._exclusive``)."""
+        import anyio
+
+        if exclusive:
+            if not callable(work):
+                raise TypeError("exclusive work must be a function that starts it afresh")
+            from hitl_mcp.channels._exclusive import exclusively
+
+            coroutine: Awaitable[None] = exclusively(self.hub, self.name, work)
+        else:
+            coroutine = work() if callable(work) else work
+        scope = anyio.CancelScope()
+
+        async def scoped() -> None:
+            # an anyio scope, not task.cancel(): its cancellation also reaches past shielded calls
+            with scope:
+                await coroutine
+
+        task = asyncio.get_running_loop().create_task(scoped(), name=f"hitl {self.name}")
+        self._background.append((task, scope))
 
     async def stop_background(self) -> None:
         """Cancel what :meth:`in_background` started, and wait for it to end."""
-        tasks, self._background = self._background, []
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        running, self._background = self._background, []
+        for _, scope in running:
+            scope.cancel()
+        if running:
+            await asyncio.wait([task for task, _ in running])
 
     async def ignore(self, request_id: str | None, actor: str | None, reason: str, **data: Any) -> None:
         """A reply not let through (a sender not allowed, a request closed, words not understood):

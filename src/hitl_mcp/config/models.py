@@ -135,6 +135,9 @@ class ServerConfig(_Section):
     this, with the MCP client's ``clientInfo.name``."""
     audit_anchor: AuditAnchorConfig = Field(default_factory=AuditAnchorConfig)
     cli: CliConfig = Field(default_factory=CliConfig)
+    request_state_key: SecretStr | None = None
+    """The key that seals 2026-07-28 round-trip state; the same on every replica (else
+    ``$HITL_REQUEST_STATE_KEY``, else ``request-state.key`` in the state directory)."""
 
     @field_validator("public_url", mode="before")
     @classmethod
@@ -166,6 +169,20 @@ class ServerConfig(_Section):
         if isinstance(value, str) and value != "sqlite":
             # no "got": a store URL may carry a password
             raise PydanticCustomError("store_unsupported", "only 'sqlite' is supported for now")
+        return value
+
+    @field_validator("request_state_key", mode="before")
+    @classmethod
+    def _check_request_state_key(cls, value: Any) -> Any:
+        from hitl_mcp.state_key import BadStateKey, check_keys
+
+        if value in (None, ""):
+            return None
+        if isinstance(value, str):
+            try:
+                check_keys(value)
+            except BadStateKey as exc:  # the message never shows the key
+                raise PydanticCustomError("request_state_key", str(exc)) from None
         return value
 
     @field_validator("log_level", mode="before")

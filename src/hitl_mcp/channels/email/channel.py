@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import threading
 from email import policy
@@ -73,10 +72,8 @@ class EmailChannel(_Composing, _Smtp, _Links, _Imap):
         self._passwords = [
             p.get_secret_value() for p in (config.smtp.password, config.imap and config.imap.password) if p
         ]
-        self._task: asyncio.Task[None] | None = None
         self._client: IMAPClient | None = None
         self._stop = threading.Event()
-        self._scope: anyio.CancelScope | None = None
 
     # --- the channel protocol ----------------------------------------------------------------
 

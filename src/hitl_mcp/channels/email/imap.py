@@ -37,10 +37,8 @@ class _Imap(BaseChannel):
 
     config: Config
     # set by EmailChannel.__init__
-    _task: asyncio.Task[None] | None
     _client: IMAPClient | None
     _stop: threading.Event
-    _scope: anyio.CancelScope | None
 
     if TYPE_CHECKING:  # _Smtp's and EmailChannel's
 
@@ -51,26 +49,21 @@ class _Imap(BaseChannel):
     # --- IMAP --------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self.config.imap is None or self._task is not None:
+        if self.config.imap is None or self._background:
             return
-        self._stop.clear()
-        self._scope = anyio.CancelScope()
-        self._task = asyncio.create_task(self._run_poller(self._scope), name=f"hitl email {self.name}")
+        # one poller among the processes sharing the store (replicas): two would race for the mail
+        self.in_background(self._imap_work, exclusive=True)
 
-    async def _run_poller(self, scope: anyio.CancelScope) -> None:
-        # an anyio scope, not task.cancel(): its cancellation also reaches past shielded store calls
-        with scope:
+    async def _imap_work(self) -> None:
+        self._stop.clear()
+        try:
             await self._poll_forever()
+        finally:
+            self._stop.set()
+            self._drop_client()  # wakes a worker thread blocked in IDLE
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is None:
-            return
-        self._stop.set()
-        if self._scope is not None:
-            self._scope.cancel()
-        self._drop_client()  # wakes a worker thread blocked in IDLE
-        await asyncio.wait([task])
+        await self.stop_background()
 
     def _imap_error(self, exc: BaseException) -> str:
         cfg = self.config.imap

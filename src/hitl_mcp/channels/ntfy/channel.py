@@ -52,7 +52,7 @@ class NtfyChannel(_Answers):
     async def start(self) -> None:
         self._client = self._new_client()
         if self.via_reply_topic:
-            self.in_background(self.subscribe_forever())
+            self.in_background(self.subscribe_forever, exclusive=True)  # one subscriber among replicas
 
     async def close(self) -> None:
         await self.stop_background()

@@ -7,6 +7,7 @@ import json
 from typing import Any
 from urllib.parse import parse_qs
 
+import anyio
 from starlette.background import BackgroundTask
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
@@ -49,7 +50,6 @@ class SlackChannel(BaseChannel):
         super().__init__(name, config, hub)
         self._client: Any = None
         self._socket: Any = None
-        self._socket_task: asyncio.Task[None] | None = None
         self._dm: dict[str, str] = {}
 
     @property
@@ -80,14 +80,11 @@ class SlackChannel(BaseChannel):
                 log.warning("slack %s: %s", self.name, self._why_unanswerable())
             return
         _require_sdk()
-        self._socket_task = asyncio.get_running_loop().create_task(self._run_socket())
+        # one Socket Mode connection among the processes sharing the store (replicas)
+        self.in_background(self._socket_mode, exclusive=True)
 
     async def close(self) -> None:
-        if self._socket_task is not None:
-            self._socket_task.cancel()
-            await asyncio.wait([self._socket_task], timeout=2)
-        if self._socket is not None:
-            await self._socket.close()
+        await self.stop_background()
 
     async def check(self) -> str:
         _require_sdk()
@@ -211,8 +208,20 @@ class SlackChannel(BaseChannel):
 
     # --- inbound: Socket Mode ------------------------------------------------------------------
 
-    async def _run_socket(self) -> None:
-        """Open the Socket Mode connection; the SDK keeps it open (and reconnects on drops)."""
+    async def _socket_mode(self) -> None:
+        """Socket Mode while this process runs it: connected, then kept open until cancelled."""
+        try:
+            if await self._run_socket():
+                await anyio.sleep_forever()
+        finally:
+            client, self._socket = self._socket, None
+            if client is not None:
+                with anyio.move_on_after(5, shield=True):
+                    await client.close()
+
+    async def _run_socket(self) -> bool:
+        """Open the Socket Mode connection; the SDK keeps it open (and reconnects on drops). False
+        when Slack refused it for good (logged)."""
         from slack_sdk.socket_mode.aiohttp import SocketModeClient
 
         assert self.config.app_token is not None
@@ -233,7 +242,7 @@ class SlackChannel(BaseChannel):
             except DeliveryError as exc:
                 if exc.permanent:
                     log.error("slack %s: Socket Mode is off, answers will not arrive: %s", self.name, exc)
-                    return
+                    return False
                 delay = SOCKET_RETRY.delay(attempt)
                 log.warning("slack %s: Socket Mode: %s; retrying in %.0fs", self.name, exc, delay)
                 await asyncio.sleep(delay)
@@ -242,7 +251,7 @@ class SlackChannel(BaseChannel):
             # slack_sdk leaves SocketModeClient.connect unannotated
             await client.connect()  # type: ignore[no-untyped-call]
             log.info("slack %s: connected over Socket Mode", self.name)
-            return
+            return True
 
     async def _on_envelope(self, client: Any, envelope: Any) -> None:
         await client.send_socket_mode_response({"envelope_id": envelope.envelope_id})  # ack at once

@@ -35,8 +35,10 @@ class TelegramChannel(TelegramInbound):
                 "polling instead",
                 self.name,
             )
-        run = self._set_webhook() if self.webhook else self._poll_forever()
-        self.in_background(run)
+        if self.webhook:
+            self.in_background(self._set_webhook())
+        else:  # getUpdates has one caller at a time (a second gets 409 Conflict): one among replicas
+            self.in_background(self._poll_forever, exclusive=True)
 
     async def close(self) -> None:
         await self.stop_background()

@@ -76,7 +76,7 @@ class TwilioSmsChannel(SmsInbound):
                 self.name,
             )
         if self.polling:
-            self.in_background(self._poll_forever())
+            self.in_background(self._poll_forever, exclusive=True)  # one poller among replicas
 
     async def close(self) -> None:
         await self.stop_background()
