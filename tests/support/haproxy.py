@@ -13,7 +13,7 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +22,7 @@ import httpx2
 import pytest
 
 from tests.conftest import free_port
-from tests.support.events import Changes, until
+from tests.support.events import Changes
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 CONFIG = ROOT / "deploy" / "haproxy.cfg"
@@ -41,21 +41,35 @@ class Balancer:
     stats: Path
     lines: list[str] = field(default_factory=list)
     changes: Changes = field(default_factory=Changes)
+    exited: int | None = None
 
     def up(self) -> dict[str, bool]:
         """Each replica's state as HAProxy's health checks see it (``show stat`` on the stats socket)."""
-        with socket.socket(socket.AF_UNIX) as s:
-            s.connect(str(self.stats))
-            s.sendall(b"show stat\n")
-            raw = b""
-            while chunk := s.recv(65536):
-                raw += chunk
+        raw = b""
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(str(self.stats))
+                s.sendall(b"show stat\n")
+                while chunk := s.recv(65536):
+                    raw += chunk
+        except OSError:  # not listening yet, or gone
+            if self.exited is not None:
+                raise AssertionError(f"haproxy exited ({self.exited}): {self.lines}") from None
         states: dict[str, bool] = {}
         for row in raw.decode().splitlines():
             cells = row.split(",")
             if len(cells) > 17 and cells[0] == "replicas" and cells[1] not in ("BACKEND", "FRONTEND"):
                 states[cells[1]] = cells[17].startswith("UP")
         return states
+
+    async def until(self, check: Callable[[dict[str, bool]], bool], seconds: float = 10) -> None:
+        """Until ``check(self.up())`` holds: HAProxy's health checks fire no event a test could
+        await, so its state is read again every 0.1 s, as any client of its stats socket does."""
+        with anyio.fail_after(seconds):
+            while True:
+                if check(self.up()):
+                    return
+                await anyio.sleep(0.1)
 
 
 @contextlib.asynccontextmanager
@@ -82,13 +96,13 @@ async def balancer(replicas: Mapping[str, str], port: int | None = None) -> Asyn
                 async for chunk in stream:
                     lb.lines += chunk.decode(errors="replace").splitlines()
                     lb.changes.fire()
+                lb.exited = await process.wait()
                 lb.changes.fire()
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(drain, process.stdout)
                 tg.start_soon(drain, process.stderr)
                 try:
-                    await until(lambda: _ready(lb, process), lb.changes, seconds=15)
                     await _all_up(lb, len(replicas))
                     yield lb
                 finally:
@@ -101,23 +115,8 @@ async def balancer(replicas: Mapping[str, str], port: int | None = None) -> Asyn
                     tg.cancel_scope.cancel()
 
 
-def _ready(lb: Balancer, process: anyio.abc.Process) -> bool:
-    if process.returncode is not None:
-        raise AssertionError(f"haproxy exited ({process.returncode}): {lb.lines}")
-    return lb.stats.exists()
-
-
 async def _all_up(lb: Balancer, count: int) -> None:
-    """Until HAProxy answers on its port and its checks see ``count`` replicas up. HAProxy fires no
-    event we can await here, so this asks again after each short pause, like any client of it."""
-    with anyio.fail_after(15):
-        while True:
-            states = lb.up()
-            if len(states) == count and all(states.values()):
-                try:
-                    async with httpx2.AsyncClient() as http:
-                        if (await http.get(f"{lb.url}/healthz")).status_code == 200:
-                            return
-                except httpx2.TransportError:
-                    pass
-            await anyio.sleep(0.1)
+    """Until HAProxy's checks see ``count`` replicas up, and it answers on its port."""
+    await lb.until(lambda states: len(states) == count and all(states.values()), seconds=15)
+    async with httpx2.AsyncClient() as http:
+        assert (await http.get(f"{lb.url}/healthz")).status_code == 200

@@ -1,0 +1,208 @@
+"""Replicas behind HAProxy, with real processes: two ``hitl-mcp serve --transport http`` on one store,
+``haproxy -f deploy/haproxy.cfg`` in front (tests/support/replicas.py), the SDK's own MCP client
+through the balancer, and the providers' stand-ins.
+
+- an ask through the balancer is answered through the other replica's API;
+- a replica killed (SIGKILL) while a call waits on it: the agent re-attaches through the balancer
+  and gets the answer given meanwhile; /healthz through the balancer stays 200 and the dead replica
+  is drained;
+- a signed webhook landing on either replica resolves the request waiting on the other;
+- the Telegram poller's lease moves when its replica dies, and a tap then answers;
+- nothing is lost or sent twice (deliveries counted at the stand-ins), and the audit log verifies.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client, MCPError
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from tests.conftest import cli, sc
+from tests.support.events import Changes, until
+from tests.support.replicas import Replica, ReplicaSet, replica_set
+from tests.support.serve import serving
+from tests.support.telegram_standin import BOT_TOKEN, SAM, TelegramStandin
+from tests.test_webhook import SECRET, Receiver, signed
+
+pytestmark = pytest.mark.anyio
+
+APPROVAL = {"action": "Deploy v3", "payload": {"tag": "v3"}}
+CREATED = "hitl.request.created"
+
+
+async def waiting(
+    client: Client, arguments: dict[str, Any], tg: anyio.abc.TaskGroup
+) -> tuple[anyio.Event, dict[str, Any]]:
+    """Start a blocking ``request_approval`` (up to 30 s); the event is set once the server reports
+    that the call waits (its first progress heartbeat), the dict filled when the call returns (with
+    ``error`` when it failed)."""
+    heard, out = anyio.Event(), {}
+
+    async def progress(_progress: float, _total: float | None, _message: str | None) -> None:
+        heard.set()
+
+    async def call() -> None:
+        try:
+            result = await client.call_tool(
+                "request_approval", {**arguments, "wait_seconds": 30}, progress_callback=progress
+            )
+        except MCPError as exc:  # the connection died with its replica
+            out["error"] = str(exc)
+        else:
+            out.update(sc(result))
+
+    tg.start_soon(call)
+    return heard, out
+
+
+async def the_pending(rs: ReplicaSet, replica: Replica) -> str:
+    """The one pending request, read through ``replica``'s own API."""
+    async with rs.api(replica.url) as api:
+        listed = (await api.get("/api/requests", params={"status": "pending"})).json()
+    (request,) = listed["requests"]
+    return str(request["id"])
+
+
+async def answered(result: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    out = await result()
+    assert out["status"] == "answered", out
+    return out
+
+
+async def audit_verifies(rs: ReplicaSet) -> None:
+    code, out, err = await cli(rs.state_dir, "audit", "verify")
+    assert code == 0, (out, err)
+
+
+async def test_an_ask_through_the_balancer_is_answered_on_the_other_replica(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    async with replica_set(tmp_path, state_dir) as rs, rs.agent() as client:
+        async with anyio.create_task_group() as tg:
+            heard, out = await waiting(client, APPROVAL, tg)
+            await heard.wait()
+            serving_replica = rs.served[-1]
+            assert set(rs.served) == {serving_replica}  # the whole session on one replica
+            other = rs.other(serving_replica)
+            request_id = await the_pending(rs, other)
+            async with rs.api(other.url) as api:
+                reply = await api.post(f"/api/requests/{request_id}/reply", json={"decision": "approve"})
+                assert reply.status_code == 200, reply.text
+        assert (out["request_id"], out["status"], out["approved"]) == (request_id, "answered", True)
+        # a 2026-07-28 client is balanced request by request, and reads the same request anywhere
+        before = len(rs.served)
+        async with rs.agent(mode="auto") as modern:
+            for _ in range(2):
+                again = sc(await modern.call_tool("wait_for_response", {"request_id": request_id}))
+                assert (again["status"], again["approved"]) == ("answered", True)
+        assert {"a", "b"} <= set(rs.served[before:])
+        await audit_verifies(rs)
+
+
+async def test_a_replica_killed_mid_call_the_agent_reattaches_and_gets_the_answer(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    async with replica_set(tmp_path, state_dir) as rs:
+        async with rs.agent() as client, anyio.create_task_group() as tg:
+            heard, out = await waiting(client, APPROVAL, tg)
+            await heard.wait()
+            doomed = rs.replica(rs.served[-1])
+            survivor = rs.other(doomed.name)
+            request_id = await the_pending(rs, survivor)
+            doomed.kill()  # the call's connection dies with it: the host sees the call fail
+            await doomed.process.process.wait()
+        assert out == {"error": "SSE stream ended without a response"}
+        async with httpx2.AsyncClient() as http:  # health through the balancer holds, one replica down
+            for _ in range(6):
+                assert (await http.get(f"{rs.lb.url}/healthz")).status_code == 200
+        await rs.lb.until(lambda states: states.get(doomed.name) is False)  # drained by the checks
+        async with rs.api(rs.lb.url) as api:  # the person answers meanwhile, through the balancer
+            reply = await api.post(f"/api/requests/{request_id}/reply", json={"decision": "approve"})
+            assert reply.status_code == 200, reply.text
+        async with rs.agent() as again:  # the agent re-attaches through the balancer
+            out = sc(await again.call_tool("wait_for_response", {"request_id": request_id}))
+        assert (out["request_id"], out["status"], out["approved"]) == (request_id, "answered", True)
+        assert rs.served[-1] == survivor.name
+        await audit_verifies(rs)
+
+
+async def test_a_signed_webhook_on_either_replica_resolves_the_call_waiting_on_the_other(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    receiver = Receiver()  # the integrator's end: verifies and counts every event
+    app = Starlette(routes=[Route("/hook/{token}", receiver.handle, methods=["POST"])])
+    async with serving(app) as base:
+        receiver.url = f"{base}/hook/private"
+        channels = f'  hook: {{type: webhook, url: "{receiver.url}", secret: "{SECRET}"}}'
+        async with replica_set(tmp_path, state_dir, channels) as rs:
+            for asked, answering in ((rs.a, rs.b), (rs.b, rs.a)):
+                action = f"Deploy from {asked.name}"
+
+                def created(action: str = action) -> list[dict[str, Any]]:
+                    return [e for e in receiver.events(CREATED) if e["data"]["text"] == action]
+
+                async with rs.agent(base=asked.url) as client, anyio.create_task_group() as tg:
+                    heard, out = await waiting(
+                        client, {**APPROVAL, "action": action, "channels": ["hook"]}, tg
+                    )
+                    await heard.wait()
+                    request_id = (await until(created, receiver.changes))[0]["data"]["request_id"]
+                    body = json.dumps({"request_id": request_id, "decision": "approve", "responder": "ana"})
+                    async with httpx2.AsyncClient() as http:  # the answer lands on the other replica
+                        landed = await http.post(
+                            f"{answering.url}/webhooks/hook/reply",
+                            content=body.encode(),
+                            headers=signed(body.encode()),
+                        )
+                    assert landed.status_code == 200, landed.text
+                assert (out["request_id"], out["status"], out["approved"]) == (request_id, "answered", True)
+            # each request was sent once, whichever replica's outbox sent it
+            ids = [e["data"]["request_id"] for e in receiver.events(CREATED)]
+            assert len(ids) == 2 == len(set(ids))
+            await audit_verifies(rs)
+
+
+async def test_the_poller_lease_moves_when_its_replica_dies(tmp_path: Path, state_dir: Path) -> None:
+    stand = TelegramStandin()
+    phone = f'  phone: {{type: telegram, bot_token: "{BOT_TOKEN}", chat_id: {SAM}, api_base: "{{url}}"}}'
+    async with serving(stand.app) as url:
+        try:
+            async with replica_set(tmp_path, state_dir, phone.replace("{url}", url)) as rs:
+                lines = Changes()  # fired by either replica's stderr
+                for replica in (rs.a, rs.b):
+                    replica.process.changes = lines
+                holders = await until(lambda: [r for r in (rs.a, rs.b) if took(r)], lines)
+                assert len(holders) == 1  # one poller between the two
+                holder, heir = holders[0], rs.other(holders[0].name)
+                async with rs.agent() as client:
+                    ask = {**APPROVAL, "channels": ["phone"], "wait_seconds": 0}
+                    first = sc(await client.call_tool("request_approval", ask))
+                assert first["status"] == "pending"
+                message = await stand.sent()
+                polls = len(stand.called("getUpdates"))
+                holder.kill()
+                await holder.process.process.wait()
+                # the heir polls Telegram within seconds: seen at the stand-in, not slept on
+                await stand.until(lambda: len(stand.called("getUpdates")) > polls, seconds=10)
+                assert took(heir)
+                stand.press(message, "Approve", SAM)
+                async with rs.agent() as client:
+                    reattach = {"request_id": first["request_id"], "wait_seconds": 20}
+                    out = sc(await client.call_tool("wait_for_response", reattach))
+                assert (out["status"], out["approved"], out["responder"]) == ("answered", True, "@sam (1001)")
+                assert len(stand.called("sendMessage")) == 1  # sent once, by one replica
+                await audit_verifies(rs)
+        finally:
+            stand.close()
+
+
+def took(replica: Replica) -> bool:
+    return any("took the lease poller:phone" in line for line in replica.process.lines)
