@@ -14,6 +14,7 @@ through the balancer, and the providers' stand-ins.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,13 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+import yaml
 from mcp import Client, MCPError
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from tests.conftest import cli, sc
+from hitl_mcp.config import parse_config
+from tests.conftest import ROOT, cli, sc
 from tests.support.events import Changes, until
 from tests.support.replicas import Replica, ReplicaSet, replica_set
 from tests.support.serve import serving
@@ -206,3 +209,41 @@ async def test_the_poller_lease_moves_when_its_replica_dies(tmp_path: Path, stat
 
 def took(replica: Replica) -> bool:
     return any("took the lease poller:phone" in line for line in replica.process.lines)
+
+
+# ------------------------------------------------------------------- deploy/compose.yaml, not runnable here
+
+
+def test_compose_runs_the_tested_balancer_config_in_front_of_alike_replicas() -> None:
+    deploy = ROOT / "deploy"
+    compose = yaml.safe_load((deploy / "compose.yaml").read_text())
+    services = compose["services"]
+    lb = services["haproxy"]
+    (mount,) = [v for v in lb["volumes"] if v.startswith("./haproxy.cfg:")]
+    target = mount.split(":")[1]
+    assert lb["command"][-2:] == ["-f", target]  # the very file the tests run
+    used = set(re.findall(r"\$\{(\w+)\}", (deploy / "haproxy.cfg").read_text()))
+    assert used == set(lb["environment"]) == {"HITL_LB_PORT", "HITL_REPLICA_A", "HITL_REPLICA_B"}
+    assert lb["ports"] == [f"{lb['environment']['HITL_LB_PORT']}:{lb['environment']['HITL_LB_PORT']}"]
+    replicas = {name: services[name] for name in ("replica-a", "replica-b")}
+    for key, name in (("HITL_REPLICA_A", "replica-a"), ("HITL_REPLICA_B", "replica-b")):
+        host, port = lb["environment"][key].split(":")
+        command = replicas[name]["command"]
+        assert host == name and command[command.index("--port") + 1] == port
+        assert command[command.index("--host") + 1] == "0.0.0.0"
+    env_a, env_b = (r["environment"] for r in replicas.values())
+    assert env_a == env_b
+    for shared in ("HITL_DATABASE_URL", "HITL_REQUEST_STATE_KEY", "HITL_WEB_TOKEN"):
+        assert shared in env_a
+    assert (
+        env_a["HITL_DATABASE_URL"].startswith("postgresql://")
+        and "@postgres:5432/" in env_a["HITL_DATABASE_URL"]
+    )
+    assert services["postgres"]["image"] == "postgres:15"
+    # each replica mounts the config it is started with; that config is valid
+    for replica in replicas.values():
+        command = replica["command"]
+        config = command[command.index("--config") + 1]
+        (source,) = [v.split(":")[0] for v in replica["volumes"] if v.split(":")[1] == config]
+        text = (deploy / source).read_text().replace("${HITL_PUBLIC_URL}", "https://hitl.example.com")
+        assert parse_config(text, source=source).server.public_url == "https://hitl.example.com"
