@@ -24,15 +24,18 @@ import httpx2
 import pytest
 import yaml
 from mcp import Client, MCPError
+from mcp import types as mcp_types
 from starlette.applications import Starlette
 from starlette.routing import Route
 
 from hitl_mcp.config import parse_config
+from hitl_mcp.host_forms import FORM_KEY
 from tests.conftest import ROOT, cli, sc
 from tests.support.events import Changes, until
 from tests.support.replicas import Replica, ReplicaSet, replica_set
 from tests.support.serve import serving
 from tests.support.telegram_standin import BOT_TOKEN, SAM, TelegramStandin
+from tests.test_elicitation import Host, accept
 from tests.test_webhook import SECRET, Receiver, signed
 
 pytestmark = pytest.mark.anyio
@@ -107,6 +110,29 @@ async def test_an_ask_through_the_balancer_is_answered_on_the_other_replica(
                 again = sc(await modern.call_tool("wait_for_response", {"request_id": request_id}))
                 assert (again["status"], again["approved"]) == ("answered", True)
         assert {"a", "b"} <= set(rs.served[before:])
+        await audit_verifies(rs)
+
+
+async def test_the_hosts_form_started_on_one_replica_is_finished_on_the_other(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    """A 2026-07-28 round trip: the form comes back from one replica (through the balancer), the
+    host's retry with the answer goes to the other, which opens the sealed state with the key both
+    were given ($HITL_REQUEST_STATE_KEY) and settles the request."""
+    args = {"question": "Colour?", "choices": ["red", "blue"], "wait_seconds": 5}
+    async with replica_set(tmp_path, state_dir, "  elicitation: {type: elicitation}") as rs:
+        async with rs.agent(mode="auto", elicitation_callback=Host()) as client:
+            form = await client.session.call_tool("ask_user", args, allow_input_required=True)
+        assert isinstance(form, mcp_types.InputRequiredResult) and form.request_state
+        other = rs.other(rs.served[-1])
+        async with rs.agent(mode="auto", base=other.url, elicitation_callback=Host()) as client:
+            answer = {FORM_KEY: accept(choice="red")}
+            done = await client.session.call_tool(
+                "ask_user", args, input_responses=answer, request_state=form.request_state
+            )
+        assert isinstance(done, mcp_types.CallToolResult)
+        out = sc(done)
+        assert (out["status"], out["choice"], out["channel"]) == ("answered", "red", "elicitation")
         await audit_verifies(rs)
 
 

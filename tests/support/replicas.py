@@ -18,6 +18,7 @@ import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx2
 from mcp import Client
@@ -71,9 +72,11 @@ class ReplicaSet:
         return httpx2.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
 
     @contextlib.asynccontextmanager
-    async def agent(self, mode: str = "legacy", base: str | None = None) -> AsyncIterator[Client]:
+    async def agent(
+        self, mode: str = "legacy", base: str | None = None, **options: Any
+    ) -> AsyncIterator[Client]:
         """An MCP client (the same client name every time, so it may re-attach) through the balancer,
-        or straight to ``base``."""
+        or straight to ``base``; ``options`` go to ``Client`` (an ``elicitation_callback``...)."""
 
         async def note(response: httpx2.Response) -> None:
             if "x-hitl-replica" in response.headers:
@@ -84,7 +87,7 @@ class ReplicaSet:
         async with http:
             transport = streamable_http_client(f"{base or self.lb.url}/mcp", http_client=http)
             async with Client(
-                transport, mode=mode, client_info=Implementation(name=AGENT, version="1.0")
+                transport, mode=mode, client_info=Implementation(name=AGENT, version="1.0"), **options
             ) as client:
                 yield client
 
