@@ -90,14 +90,19 @@ async def test_the_work_runs_in_one_replica_and_moves_when_it_stops(tmp_path: Pa
     assert Poller.most == 1
 
 
-class Losing(Broker):
-    """A broker that hands the test each lease it takes, so the test can end one underneath the
-    holder, as a database connection lost with its advisory lock would."""
+class Keeping:
+    """The broker as a channel's hub, handing the test each lease it takes, so the test can end one
+    underneath the holder, as a database connection lost with its advisory lock would."""
 
-    leases: list[Lease]
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.leases: list[Lease] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.broker, name)
 
     async def try_lease(self, name: str) -> Lease | None:
-        lease = await super().try_lease(name)
+        lease = await self.broker.try_lease(name)
         if lease is not None:
             self.leases.append(lease)
         return lease
@@ -107,19 +112,19 @@ async def test_a_lost_lease_stops_the_work_until_it_is_taken_again(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     Poller.running = Poller.most = 0
-    async with replica(tmp_path, tmp_path / "hitl.sqlite3", "a") as (broker, poller):
-        broker.__class__ = Losing
-        assert isinstance(broker, Losing)
-        broker.leases = []
-        await poller.stop_background()  # started again through the broker that hands out its leases
-        poller.started = 0
+    async with channel_broker(tmp_path) as broker:
+        hub = Keeping(broker)
+        poller = Poller("phone", hub, "a")  # type: ignore[arg-type]  # a Hub by delegation
         await poller.start()
-        await until(lambda: poller.started == 1 and broker.leases, Poller.changes)
-        with caplog.at_level("WARNING", logger="hitl_mcp.channels"):
-            await broker.leases[0].release()  # lost: the work must stop, and start again once retaken
-            await until(lambda: poller.started == 2, Poller.changes)
-        assert any("lost the lease poller:phone" in r.getMessage() for r in caplog.records)
-        assert Poller.most == 1 and len(broker.leases) == 2
+        try:
+            await until(lambda: poller.started == 1 and hub.leases, Poller.changes)
+            with caplog.at_level("WARNING", logger="hitl_mcp.channels"):
+                await hub.leases[0].release()  # lost: the work stops, and starts again once retaken
+                await until(lambda: poller.started == 2, Poller.changes)
+            assert any("lost the lease poller:phone" in r.getMessage() for r in caplog.records)
+            assert Poller.most == 1 and len(hub.leases) == 2
+        finally:
+            await poller.close()
 
 
 async def test_exclusive_work_must_be_restartable(tmp_path: Path) -> None:
