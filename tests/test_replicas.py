@@ -84,14 +84,25 @@ async def answered(result: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str,
 
 
 async def audit_verifies(rs: ReplicaSet) -> None:
-    code, out, err = await cli(rs.state_dir, "audit", "verify")
+    code, out, err = await cli(rs.state_dir, "audit", "verify", **rs.env)
     assert code == 0, (out, err)
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest) -> str | None:
+    """The replicas' store: one SQLite file they share (None), or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return None
+    try:
+        return str(request.getfixturevalue("postgres_url"))
+    except pytest.FixtureLookupError:
+        pytest.skip("no PostgreSQL engine (tests/support/postgres.py) on this branch")
+
+
 async def test_an_ask_through_the_balancer_is_answered_on_the_other_replica(
-    tmp_path: Path, state_dir: Path
+    tmp_path: Path, state_dir: Path, database: str | None
 ) -> None:
-    async with replica_set(tmp_path, state_dir) as rs, rs.agent() as client:
+    async with replica_set(tmp_path, state_dir, database=database) as rs, rs.agent() as client:
         async with anyio.create_task_group() as tg:
             heard, out = await waiting(client, APPROVAL, tg)
             await heard.wait()
@@ -114,13 +125,13 @@ async def test_an_ask_through_the_balancer_is_answered_on_the_other_replica(
 
 
 async def test_the_hosts_form_started_on_one_replica_is_finished_on_the_other(
-    tmp_path: Path, state_dir: Path
+    tmp_path: Path, state_dir: Path, database: str | None
 ) -> None:
     """A 2026-07-28 round trip: the form comes back from one replica (through the balancer), the
     host's retry with the answer goes to the other, which opens the sealed state with the key both
     were given ($HITL_REQUEST_STATE_KEY) and settles the request."""
     args = {"question": "Colour?", "choices": ["red", "blue"], "wait_seconds": 5}
-    async with replica_set(tmp_path, state_dir, "  elicitation: {type: elicitation}") as rs:
+    async with replica_set(tmp_path, state_dir, "  elicitation: {type: elicitation}", database) as rs:
         async with rs.agent(mode="auto", elicitation_callback=Host()) as client:
             form = await client.session.call_tool("ask_user", args, allow_input_required=True)
         assert isinstance(form, mcp_types.InputRequiredResult) and form.request_state
@@ -137,9 +148,9 @@ async def test_the_hosts_form_started_on_one_replica_is_finished_on_the_other(
 
 
 async def test_a_replica_killed_mid_call_the_agent_reattaches_and_gets_the_answer(
-    tmp_path: Path, state_dir: Path
+    tmp_path: Path, state_dir: Path, database: str | None
 ) -> None:
-    async with replica_set(tmp_path, state_dir) as rs:
+    async with replica_set(tmp_path, state_dir, database=database) as rs:
         async with rs.agent() as client, anyio.create_task_group() as tg:
             heard, out = await waiting(client, APPROVAL, tg)
             await heard.wait()
@@ -164,14 +175,14 @@ async def test_a_replica_killed_mid_call_the_agent_reattaches_and_gets_the_answe
 
 
 async def test_a_signed_webhook_on_either_replica_resolves_the_call_waiting_on_the_other(
-    tmp_path: Path, state_dir: Path
+    tmp_path: Path, state_dir: Path, database: str | None
 ) -> None:
     receiver = Receiver()  # the integrator's end: verifies and counts every event
     app = Starlette(routes=[Route("/hook/{token}", receiver.handle, methods=["POST"])])
     async with serving(app) as base:
         receiver.url = f"{base}/hook/private"
         channels = f'  hook: {{type: webhook, url: "{receiver.url}", secret: "{SECRET}"}}'
-        async with replica_set(tmp_path, state_dir, channels) as rs:
+        async with replica_set(tmp_path, state_dir, channels, database) as rs:
             for asked, answering in ((rs.a, rs.b), (rs.b, rs.a)):
                 action = f"Deploy from {asked.name}"
 
@@ -199,12 +210,14 @@ async def test_a_signed_webhook_on_either_replica_resolves_the_call_waiting_on_t
             await audit_verifies(rs)
 
 
-async def test_the_poller_lease_moves_when_its_replica_dies(tmp_path: Path, state_dir: Path) -> None:
+async def test_the_poller_lease_moves_when_its_replica_dies(
+    tmp_path: Path, state_dir: Path, database: str | None
+) -> None:
     stand = TelegramStandin()
     phone = f'  phone: {{type: telegram, bot_token: "{BOT_TOKEN}", chat_id: {SAM}, api_base: "{{url}}"}}'
     async with serving(stand.app) as url:
         try:
-            async with replica_set(tmp_path, state_dir, phone.replace("{url}", url)) as rs:
+            async with replica_set(tmp_path, state_dir, phone.replace("{url}", url), database) as rs:
                 lines = Changes()  # fired by either replica's stderr
                 for replica in (rs.a, rs.b):
                     replica.process.changes = lines

@@ -6,9 +6,11 @@ direct URL and process, which a test may SIGKILL), ``rs.lb`` (the balancer) and 
 MCP client through the balancer that records which replica answered each response (HAProxy's
 ``X-Hitl-Replica`` header).
 
-The store: replicas share one SQLite file in one state directory (several processes on one SQLite
-file is a supported set-up), with the same ``$HITL_REQUEST_STATE_KEY``, web token and
-``server.public_url`` (the balancer's address), as deploy/compose.yaml sets them.
+The store: on SQLite (``database=None``) the replicas share one SQLite file in one state directory
+(several processes on one SQLite file is a supported set-up); on PostgreSQL (``database`` a URL) each
+has a state directory of its own and ``$HITL_DATABASE_URL``, as deploy/compose.yaml sets them. Either
+way they have the same ``$HITL_REQUEST_STATE_KEY``, web token and ``server.public_url`` (the
+balancer's address).
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ class ReplicaSet:
     b: Replica
     lb: Balancer
     state_dir: Path
+    """Where the CLI looks (``cli(rs.state_dir, ..., **rs.env)``): the shared one, or replica a's."""
+    env: dict[str, str]
+    """What the CLI needs besides: ``$HITL_DATABASE_URL`` on PostgreSQL."""
     served: list[str] = field(default_factory=list)
     """The replica that answered each response to ``agent`` clients, in order."""
 
@@ -106,12 +111,17 @@ channels:
 
 
 @contextlib.asynccontextmanager
-async def replica_set(tmp_path: Path, state_dir: Path, channels: str = "") -> AsyncIterator[ReplicaSet]:
+async def replica_set(
+    tmp_path: Path, state_dir: Path, channels: str = "", database: str | None = None
+) -> AsyncIterator[ReplicaSet]:
     lb_port = free_port()
-    env = server_env(state_dir, HITL_REQUEST_STATE_KEY=STATE_KEY)
+    extra = {"HITL_DATABASE_URL": database} if database else {}
     async with contextlib.AsyncExitStack() as stack:
         started: list[Replica] = []
         for name in ("a", "b"):
+            own = state_dir / name if database else state_dir
+            own.mkdir(exist_ok=True)
+            env = server_env(own, HITL_REQUEST_STATE_KEY=STATE_KEY, **extra)
             port = free_port()
             config = tmp_path / f"replica-{name}.yaml"
             config.write_text(config_text(port, lb_port, channels))
@@ -123,4 +133,4 @@ async def replica_set(tmp_path: Path, state_dir: Path, channels: str = "") -> As
         lb = await stack.enter_async_context(
             balancer({"a": f"127.0.0.1:{a.port}", "b": f"127.0.0.1:{b.port}"}, lb_port)
         )
-        yield ReplicaSet(a, b, lb, state_dir)
+        yield ReplicaSet(a, b, lb, state_dir / "a" if database else state_dir, extra)
