@@ -74,7 +74,33 @@ def test_readme_is_the_front_door() -> None:
     top = text[:2_000]
     assert "hitl-mcp inbox --open" in top and "Claude Desktop" in top and "only channel" in top
     sections = re.findall(r"^## (.+)$", text, re.M)
-    assert sections == ["Install", "Add it to your host", "Answer your first request", "Where to go next"]
+    assert sections == [
+        "Install",
+        "Add it to your host",
+        "Answer your first request",
+        "Compared with other tools",
+        "Where to go next",
+    ]
+
+
+def test_readme_comparison_is_the_docs_comparison_in_short() -> None:
+    """The README's table names what the docs' table does, tool by tool, and sends the reader there."""
+    readme, docs = README.read_text(), (ROOT / "docs" / "comparison.md").read_text()
+    section = readme.split("## Compared with other tools", 1)[1].split("\n## ", 1)[0]
+    assert "(docs/comparison.md)" in section
+
+    def rows(text: str) -> dict[str, list[str]]:
+        found = {}
+        for line in text.splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if line.startswith("| ") and len(cells) == 7 and cells[0] != "tool":
+                found[re.sub(r"\*\*|\(.*?\)", "", cells[0]).strip()] = [c[:1] for c in cells[1:6]]
+        return found
+
+    short, long = rows(section), rows(docs)
+    assert len(short) == 7 and short["hitl-mcp"] == ["✔"] * 5
+    for tool, marks in short.items():  # the same mark in both tables: ✔ ◐ ✗ or ?
+        assert long[tool] == marks, tool
 
 
 def test_readme_names_the_registry_entry() -> None:

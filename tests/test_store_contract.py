@@ -163,6 +163,25 @@ async def test_a_notification_is_held_for_the_caller_then_taken_over_after_the_l
     assert (late.channel, late.status) == ("b", "sending")
 
 
+async def test_a_notification_held_for_a_digest_is_queued_until_its_window_closes(engine: Engine) -> None:
+    """``held_until``: the channel's row is queued (not held for the caller) and due when the window
+    closes; the other channel's is held as usual. Whoever claims it then gets it, once."""
+    store = engine.store
+    note = ask(Kind.NOTIFICATION, text="Nightly backup done", level="info")
+    closes = note.created_at + 900
+    await store.create(note, None, (), {"b": closes})
+    rows = {d.channel: d for d in await store.deliveries(note.id)}
+    assert (rows["a"].status, rows["b"].status) == ("held", "queued")
+    assert await store.claim_deliveries(["b"], closes - 0.01, 60, 10) == []
+    other = await engine.connect()
+    try:
+        (row,) = await other.claim_deliveries(["b"], closes, 60, 10)
+        assert (row.id, row.action, row.status) == (rows["b"].id, "deliver", "sending")
+        assert await store.claim_deliveries(["b"], closes, 60, 10) == []
+    finally:
+        await other.close()
+
+
 async def test_an_idempotency_key_reattaches_within_its_owner(engine: Engine) -> None:
     store = engine.store
     first = ask(idempotency_key="k-1")

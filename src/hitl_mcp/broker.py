@@ -21,6 +21,7 @@ from hitl_mcp.asks import AskDefaults, AskSpec
 from hitl_mcp.broker_views import BrokerViews
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.config.escalation import LadderConfig
+from hitl_mcp.digests import held_until
 from hitl_mcp.errors import BrokerError, NotFound, ReplyInvalid, UnknownChannel
 from hitl_mcp.escalation import Policy
 from hitl_mcp.loops import forever, reason
@@ -32,6 +33,7 @@ from hitl_mcp.models import (
     Settled,
     Status,
     canonical_json,
+    iso,
     now,
     payload_sha256,
 )
@@ -219,8 +221,9 @@ class Broker(BrokerViews):
             created_at=created_at,
             expires_at=created_at + timeout if timeout and spec.kind != Kind.NOTIFICATION else None,
         )
+        held = held_until(request, self.channels)  # info notifications on a digest's channels
         try:
-            stored, created = await self.store.create(request, self._dedupe_key(request), steps)
+            stored, created = await self.store.create(request, self._dedupe_key(request), steps, held)
         except KeyConflict:
             # no outcome and no id: the key's request may hold someone's answer to something else
             raise BrokerError(
@@ -243,19 +246,24 @@ class Broker(BrokerViews):
         return hashlib.sha256(material.encode()).hexdigest()
 
     async def notify(self, spec: AskSpec) -> NotifyResult:
-        """Deliver a notification to its channels, one attempt each; never waits for a person."""
+        """Deliver a notification to its channels, one attempt each (on a channel with a digest, an
+        info notification is queued for it instead); never waits for a person."""
         request, _ = await self.ask(spec)
         rows = await self.store.deliveries(request.id)
         with anyio.move_on_after(NOTIFY_TIMEOUT):
             await self.outbox.send_now([r.id for r in rows if r.status == "held"])
+        held = held_until(request, self.channels)
         delivered: list[str] = []
         failed: list[dict[str, str]] = []
+        digest: list[dict[str, str]] = []
         for row in await self.store.deliveries(request.id):
             if row.status == "sent":
                 delivered.append(row.channel)
+            elif row.channel in held and row.status in ("queued", "sending"):  # sending: its window closed
+                digest.append({"channel": row.channel, "at": iso(held[row.channel]) or ""})
             else:
                 failed.append({"channel": row.channel, "error": row.error or f"not delivered ({row.status})"})
-        return NotifyResult(request_id=request.id, delivered=delivered, failed=failed)
+        return NotifyResult(request_id=request.id, delivered=delivered, failed=failed, digest=digest)
 
     # --- waiting ---------------------------------------------------------------------------
 

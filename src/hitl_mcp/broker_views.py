@@ -7,6 +7,7 @@ its JSON API read. None of it changes a request's life (asking, waiting and sett
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from hitl_mcp.audit import AuditRow
@@ -15,7 +16,16 @@ from hitl_mcp.errors import NotFound
 from hitl_mcp.models import Kind, Request, Status
 from hitl_mcp.store.base import DeliveryRow, History, Lease, ReplyRow, Store, StoreError
 
-__all__ = ["BrokerViews"]
+__all__ = ["REATTACHED", "BrokerViews", "times_asked"]
+
+#: the audit event of an ask that found its request already there (``Store.create``)
+REATTACHED = "reattached"
+
+
+def times_asked(audit: Iterable[AuditRow]) -> int:
+    """How many times the agent asked for this request, from its audit rows: once, and once more per
+    re-attach (the same question again while it waited, or the same idempotency key)."""
+    return 1 + sum(1 for row in audit if row.event == REATTACHED)
 
 
 class BrokerViews:
@@ -109,6 +119,10 @@ class BrokerViews:
 
     async def audit(self, request_id: str) -> list[AuditRow]:
         return await self.history.audit(request_id)
+
+    async def times_asked(self, request_id: str) -> int:
+        """The inbox's "asked 3 times": one request, asked again by its agent while it waited."""
+        return times_asked(await self.history.audit(request_id))
 
     async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
         await self.store.add_session(digest, expires_at, replaces)

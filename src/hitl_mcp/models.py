@@ -178,6 +178,11 @@ class NotifyResult(BaseModel):
     request_id: str
     delivered: list[str]
     failed: list[dict[str, str]]
+    digest: list[dict[str, str]] = Field(
+        default_factory=list,
+        description="Channels that hold the notification for their digest, each with when it goes: "
+        '[{"channel", "at"}] (an ISO 8601 time).',
+    )
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@
 Rows are claimed with a lease, so several processes sharing one database never send the same
 row at once, and a row whose process died mid-send is picked up again after the lease.
 Failures are retried with backoff (a provider's ``retry_after`` wins); permanent ones are not.
+Info notifications held for a channel's digest are sent together once their window closes
+(``hitl_mcp.digests``).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from collections.abc import Mapping, Sequence
 import anyio
 
 from hitl_mcp.channels.base import Channel, Delivery, DeliveryError
+from hitl_mcp.digests import compose, digested
+from hitl_mcp.digests import window as digest_window
 from hitl_mcp.loops import forever, reason
-from hitl_mcp.models import Status, now
+from hitl_mcp.models import Request, Status, now
 from hitl_mcp.retry import RetryPolicy
 from hitl_mcp.store.base import DeliveryRow, Store
 
@@ -61,8 +65,11 @@ class Outbox:
                 step.channels,
             )
         rows = await self.store.claim_deliveries(list(self.channels), now(), LEASE_SECONDS, 64)
-        for row in rows:
+        solo, digests = await self._digests(rows)
+        for row in solo:
             self._attempts.start_soon(self._attempt_logged, row)
+        for name, group in digests.items():
+            self._attempts.start_soon(self._digest_logged, name, group)
         if len(rows) < 64:
             with anyio.move_on_after(POLL_SECONDS):
                 await self._wake.wait()
@@ -85,6 +92,57 @@ class Outbox:
                 row.channel,
                 reason(exc),
             )
+
+    async def _digests(
+        self, rows: list[DeliveryRow]
+    ) -> tuple[list[DeliveryRow], dict[str, list[tuple[DeliveryRow, Request]]]]:
+        """The rows to attempt one by one, and, per channel, the info notifications whose digest
+        window has closed (``hitl_mcp.digests``): each channel's are sent as one message."""
+        solo: list[DeliveryRow] = []
+        digests: dict[str, list[tuple[DeliveryRow, Request]]] = {}
+        for row in rows:
+            if row.action == "deliver" and digest_window(self.channels[row.channel]) is not None:
+                request = await self.store.get(row.request_id)
+                if request is not None and digested(request):
+                    digests.setdefault(row.channel, []).append((row, request))
+                    continue
+            solo.append(row)
+        return solo, digests
+
+    async def _digest_logged(self, name: str, group: list[tuple[DeliveryRow, Request]]) -> None:
+        try:
+            await self.send_digest(name, group)
+        except Exception as exc:
+            log.warning(
+                "hitl-mcp: digest to %s not recorded (%s); retried after the lease", name, reason(exc)
+            )
+
+    async def send_digest(self, name: str, group: list[tuple[DeliveryRow, Request]]) -> None:
+        """Send these claimed notifications to channel ``name`` as one message, and record each row
+        as sent; a failure leaves them queued together, retried as one digest."""
+        channel = self.channels[name]
+        digest = compose([request for _, request in group], name, now())
+        error, retry_after, permanent = "", None, False
+        try:
+            with anyio.fail_after(ATTEMPT_TIMEOUT):
+                sent = await channel.deliver(digest)
+        except DeliveryError as exc:
+            error, retry_after, permanent = str(exc), exc.retry_after, exc.permanent
+        except TimeoutError:
+            error = f"no answer from {name} within {ATTEMPT_TIMEOUT:.0f}s"
+        except Exception as exc:  # a channel bug must not stop the outbox; the rows record it
+            log.exception("channel %s failed to send a digest", name)
+            error = f"{type(exc).__name__}: {exc}"
+        else:
+            detail = {**sent.detail, "digest": len(group)}
+            for row, _ in group:
+                await self.store.finish_delivery(row.id, status="sent", ref=sent.ref, detail=detail)
+            return
+        attempts = max(row.attempts for row, _ in group)
+        delay = retry_after if retry_after is not None else DELIVERY_RETRY.delay(attempts)
+        retry_at = now() + delay  # one time for all: they stay one digest
+        for row, _ in group:
+            await self._failed(row, error, retry_after, permanent, MAX_ATTEMPTS, retry_at)
 
     async def send_now(self, ids: Sequence[int]) -> list[DeliveryRow]:
         """Claim these rows and attempt each once, concurrently; returns their rows afterwards."""
@@ -134,13 +192,21 @@ class Outbox:
             )
 
     async def _failed(
-        self, row: DeliveryRow, error: str, retry_after: float | None, permanent: bool, max_attempts: int
+        self,
+        row: DeliveryRow,
+        error: str,
+        retry_after: float | None,
+        permanent: bool,
+        max_attempts: int,
+        retry_at: float | None = None,
     ) -> None:
         if permanent or row.attempts >= max_attempts:
             log.warning("%s to %s failed for good: %s", row.action, row.channel, error)
             await self.store.finish_delivery(row.id, status="failed", error=error)
             return
         delay = retry_after if retry_after is not None else DELIVERY_RETRY.delay(row.attempts)
+        if retry_at is not None:
+            delay = retry_at - now()
         log.info(
             "%s to %s failed (attempt %d), retrying in %.0fs: %s",
             row.action,
@@ -153,6 +219,6 @@ class Outbox:
             row.id,
             status="queued",
             error=error,
-            next_attempt_at=now() + delay,
+            next_attempt_at=retry_at if retry_at is not None else now() + delay,
             silent=silent_channels(self.channels),  # settled meanwhile: the retry is dropped
         )

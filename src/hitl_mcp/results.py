@@ -117,5 +117,8 @@ def describe(outcome: Outcome, request: Request) -> str:
 def describe_notification(result: NotifyResult) -> str:
     """``notify_user``'s outcome in a sentence."""
     sent = f"Delivered via {', '.join(result.delivered)}." if result.delivered else "Not delivered anywhere."
+    if result.digest:
+        held = ", ".join(f"{d['channel']} at {d['at']}" for d in result.digest)
+        sent = (sent + " " if result.delivered else "") + f"Queued for the digest on {held}."
     failed = "; ".join(f"{f['channel']}: {f['error']}" for f in result.failed)
     return sent + (f" Failed: {failed}." if failed else "")

@@ -26,10 +26,12 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic_core import PydanticCustomError
 
+from hitl_mcp.durations import DAY, bounded
 from hitl_mcp.errors import NotFound, ReplyInvalid
 from hitl_mcp.models import Reply, Request, Settled
 
@@ -66,6 +68,21 @@ class ChannelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: str
+    digest: Annotated[float, bounded(60, DAY)] | None = None
+    """``notify_user`` messages at level ``info`` are held and sent here together, one message per
+    window of this length (a duration, 1m to 1d: ``15m``); questions, approvals and louder
+    notifications go at once. See ``hitl_mcp.digests``."""
+    #: False for a channel that sends no messages to batch (the inbox, the host's form)
+    takes_digest: ClassVar[bool] = True
+
+    @field_validator("digest")
+    @classmethod
+    def _digest_taken(cls, value: float | None) -> float | None:
+        if value is not None and not cls.takes_digest:
+            raise PydanticCustomError(
+                "digest", "this channel sends no messages to batch: set digest on a channel that does"
+            )
+        return value
 
 
 @dataclass

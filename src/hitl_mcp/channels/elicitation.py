@@ -17,7 +17,7 @@ drives it (a server-to-client ``elicitation/create`` on handshake-era connection
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.base import ChannelConfig, Delivery, DeliveryError
@@ -29,6 +29,7 @@ PAYLOAD_PREVIEW = 1500
 
 class Config(ChannelConfig):
     type: Literal["elicitation"] = "elicitation"
+    takes_digest: ClassVar[bool] = False  # it takes no notifications at all
     mode: Literal["auto", "form", "url"] = "auto"
     """auto: a form when the client shows forms, else a link to the request's inbox page when it
     opens URLs (URL-mode elicitation); form or url: only that."""

@@ -2,8 +2,8 @@
 real :class:`~hitl_mcp.channels.base.Channel` interface, so a test drives the broker, the outbox and
 the kit's answer path exactly as a provider channel would.
 
-- ``deliver``, ``retract`` and ``remind`` record the calls (``sent``, ``retracted``, ``reminded``),
-  and sends can be made to fail;
+- ``deliver``, ``retract`` and ``remind`` record the calls (``sent``, ``delivered``, ``retracted``,
+  ``reminded``), and sends can be made to fail; ``digest`` sets the config's window;
 - ``reply(...)`` is its inbound: a person's verified reply, through :meth:`Channel.answer`;
 - ``changed`` is an event set after every call, to wait on.
 
@@ -26,11 +26,21 @@ class TestChannel(Channel):
     __test__ = False  # not a pytest test class
     type = "testing"
 
-    def __init__(self, name: str, failures: int = 0, permanent: bool = False, hub: Hub | None = None) -> None:
-        super().__init__(name, ChannelConfig(type="testing"), hub)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        name: str,
+        failures: int = 0,
+        permanent: bool = False,
+        hub: Hub | None = None,
+        digest: float | None = None,
+    ) -> None:
+        config = ChannelConfig(type="testing", digest=digest)
+        super().__init__(name, config, hub)  # type: ignore[arg-type]
         self.failures = failures
         self.permanent = permanent
         self.sent: list[str] = []
+        self.delivered: list[Request] = []
+        """What ``deliver`` was given, in order (``sent`` has their ids): a digest's text, say."""
         self.retracted: list[tuple[str, Status, str | None]] = []
         self.reminded: list[tuple[str, str | None]] = []
         """(request id, the ref of the message reminded of): a threaded reminder, as Slack's would be."""
@@ -46,6 +56,7 @@ class TestChannel(Channel):
             self._changed()
             raise DeliveryError("provider said 429", retry_after=0.01, permanent=self.permanent)
         self.sent.append(request.id)
+        self.delivered.append(request)
         self._changed()
         return Delivery(ref=f"msg-{len(self.sent)}")
 

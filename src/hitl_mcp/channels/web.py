@@ -6,7 +6,7 @@ read the store, and the reply route (``POST /api/requests/{id}/reply``) resolves
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import SecretStr, field_validator
 
@@ -18,6 +18,7 @@ from hitl_mcp.models import Request
 
 class Config(ChannelConfig):
     type: Literal["web"] = "web"
+    takes_digest: ClassVar[bool] = False  # the inbox lists each notification as it comes
     token: SecretStr | None = None
     """The inbox and API token; else $HITL_WEB_TOKEN; else one generated in the state directory."""
     session_ttl: float = 12 * 3600.0

@@ -175,7 +175,9 @@ def _annotation_at(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, b
 
 
 def _yaml_keys(model: type[BaseModel]) -> list[str]:
-    return [f.alias or name for name, f in model.model_fields.items() if not f.exclude]
+    # a channel that takes no digest (the inbox) does not offer the key it would refuse
+    hidden = set() if getattr(model, "takes_digest", True) else {"digest"}
+    return [f.alias or name for name, f in model.model_fields.items() if not f.exclude and name not in hidden]
 
 
 def _scrub(message: str, doc: _Doc, extra: Any = None) -> str:

@@ -11,7 +11,7 @@ passes them in.
 from __future__ import annotations
 
 import builtins  # for builtins.list: below a class's list method, `list` names the method
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -107,12 +107,21 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
     async def create(
-        self, request: Request, dedupe_key: str | None, steps: Sequence[PlannedStep] = ()
+        self,
+        request: Request,
+        dedupe_key: str | None,
+        steps: Sequence[PlannedStep] = (),
+        held_until: Mapping[str, float] | None = None,
     ) -> tuple[Request, bool]:
         """Insert the request, queue its deliveries and schedule its escalation ``steps``, or return
         the pending (or, for an idempotency key of the same owner, any) request it duplicates; the
         bool says whether it was created. Raises ``KeyConflict`` when the owner's key belongs to a
-        request whose ``fingerprint`` differs."""
+        request whose ``fingerprint`` differs. A re-attach appends a ``reattached`` audit row (the
+        inbox counts them: "asked 3 times").
+
+        A notification's sends are ``held`` for its caller (``Broker.notify`` attempts them at once),
+        except on the channels in ``held_until``: those are ``queued`` with ``next_attempt_at`` at the
+        given time, when their digest's window closes (``hitl_mcp.digests``)."""
         ...
 
     async def get(self, request_id: str) -> Request | None: ...

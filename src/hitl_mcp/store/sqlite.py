@@ -17,7 +17,7 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -424,8 +424,14 @@ class SqliteStore:
     # --- requests --------------------------------------------------------------------------
 
     async def create(
-        self, request: Request, dedupe_key: str | None, steps: Sequence[PlannedStep] = ()
+        self,
+        request: Request,
+        dedupe_key: str | None,
+        steps: Sequence[PlannedStep] = (),
+        held_until: Mapping[str, float] | None = None,
     ) -> tuple[Request, bool]:
+        held = held_until or {}
+
         def work(db: sqlite3.Connection) -> Any:
             with _transaction(db):
                 existing = None
@@ -466,6 +472,7 @@ class SqliteStore:
                 # a notification's sends are held for the caller, who attempts them at once and reports
                 # how they went; the outbox takes over held rows only if that caller died (after the lease)
                 first = "held" if request.kind == Kind.NOTIFICATION else "queued"
+                # a notification held for a digest is queued until its window closes (``digests``)
                 for channel in request.channels:
                     db.execute(
                         "INSERT INTO deliveries (request_id, channel, action, status, created_at, updated_at,"
@@ -473,10 +480,10 @@ class SqliteStore:
                         (
                             request.id,
                             channel,
-                            first,
+                            "queued" if channel in held else first,
                             request.created_at,
                             request.created_at,
-                            request.created_at,
+                            held.get(channel, request.created_at),
                         ),
                     )
                 self._append(

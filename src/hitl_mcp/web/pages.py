@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from hitl_mcp.broker import Broker
+from hitl_mcp.broker_views import times_asked
 from hitl_mcp.models import Kind, Reply, Request, Status, as_decision
 from hitl_mcp.web import REPLY_FIELDS, WEB_RESPONDER
 from hitl_mcp.web.deps import page_context, read_post, requires, web
@@ -71,6 +72,7 @@ async def inbox(http: HttpRequest) -> Response:
     return render(
         "inbox.html",
         groups=agent_groups(pending),
+        asked={r.id: await broker.times_asked(r.id) for r in pending},  # "asked 3 times": one card
         next_page=pending[-1].id if more else None,
         more=await broker.count_requests(Status.PENDING, pending[-1].id) if more else 0,
         paged=before is not None,
@@ -83,11 +85,13 @@ async def inbox(http: HttpRequest) -> Response:
 async def request_context(
     broker: Broker, request: Request, error: str | None = None, draft: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
+    audit = await broker.audit(request.id)
     return {
         "request": request,
         "deliveries": await broker.deliveries(request.id),
         "replies": await broker.replies(request.id),
-        "audit": await broker.audit(request.id),
+        "audit": audit,
+        "asked": times_asked(audit),
         "error": error,
         "draft": draft or {},
     }

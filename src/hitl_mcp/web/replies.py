@@ -13,6 +13,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from hitl_mcp.broker import Broker, NotFound, ReplyInvalid
+from hitl_mcp.broker_views import times_asked
 from hitl_mcp.channels.base import ResolveResult
 from hitl_mcp.models import Kind, Reply, Request, iso
 from hitl_mcp.results import to_outcome
@@ -75,10 +76,11 @@ async def request_detail(source: Any, request: Request) -> dict[str, Any]:
         }
         for r in await source.replies(request.id)
     ]
+    audit = await source.audit(request.id)
     data["audit"] = [
-        {"seq": a.seq, "at": iso(a.at), "event": a.event, "actor": a.actor, "data": a.data}
-        for a in await source.audit(request.id)
+        {"seq": a.seq, "at": iso(a.at), "event": a.event, "actor": a.actor, "data": a.data} for a in audit
     ]
+    data["asked"] = times_asked(audit)  # 3: the agent asked the same thing three times; one request
     return data
 
 

@@ -1,0 +1,287 @@
+"""Digests: on a channel with ``digest: 15m``, ``notify_user`` messages at level info are held and
+sent as one message when their window closes; warnings, errors, questions and approvals go at once.
+
+Real broker, real SQLite store, the kit's ``TestChannel``. Time is the test's: the broker's and the
+outbox's ``now`` read a clock the test moves (windows are aligned to the clock, so the test puts its
+notifications in a window well ahead of the real time, which the real outbox never reaches).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+import hitl_mcp.broker as broker_module
+import hitl_mcp.outbox as outbox_module
+from hitl_mcp.broker import AskSpec, Broker
+from hitl_mcp.channels import ntfy, slack, telegram, twilio_sms
+from hitl_mcp.channels.base import ChannelConfig
+from hitl_mcp.channels.testing import TestChannel
+from hitl_mcp.channels.webhook import events
+from hitl_mcp.config import ConfigError, parse_config
+from hitl_mcp.digests import compose
+from hitl_mcp.models import Kind, NotifyResult, Request, Status, iso
+from hitl_mcp.results import describe_notification
+from tests.conftest import TOKEN, running, sc, text_of
+from tests.support.events import until
+from tests.support.harness import channel_broker, sent_row, watching
+
+pytestmark = pytest.mark.anyio
+
+WINDOW = 900.0  # digest: 15m
+
+
+class Clock:
+    """The broker's and the outbox's ``now``, set by the test: it starts at the opening of a digest
+    window two windows ahead of the real time."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.start = (math.floor(time.time() / WINDOW) + 2) * WINDOW
+        self.at = self.start
+        monkeypatch.setattr(broker_module, "now", lambda: self.at)
+        monkeypatch.setattr(outbox_module, "now", lambda: self.at)
+
+    @property
+    def closes(self) -> float:
+        return self.start + WINDOW
+
+
+def phone(hub: Any) -> TestChannel:
+    return TestChannel("phone", hub=hub, digest=WINDOW)
+
+
+def desk(hub: Any) -> TestChannel:
+    return TestChannel("desk", hub=hub)  # no digest: everything at once
+
+
+def info(text: str, title: str | None = None, **more: Any) -> AskSpec:
+    return AskSpec(kind=Kind.NOTIFICATION, text=text, title=title, level="info", **more)
+
+
+async def all_sent(broker: Broker, request_ids: list[str]) -> bool:
+    for rid in request_ids:
+        if any(row.status != "sent" for row in await broker.store.deliveries(rid)):
+            return False
+    return True
+
+
+async def digest_sent(broker: Broker, request_ids: list[str]) -> None:
+    """Close the window (the clock is already past it) and wait until every row is recorded as sent."""
+    broker.outbox.kick()
+    with watching(broker) as changes:
+        await until(lambda: all_sent(broker, request_ids), changes)
+
+
+async def test_three_info_notifications_become_one_message_after_the_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock(monkeypatch)
+    async with channel_broker(tmp_path, phone) as broker:
+        channel = broker.channels["phone"]
+        assert isinstance(channel, TestChannel)
+        results: list[NotifyResult] = []
+        for minute, (title, text) in enumerate(
+            [("Build", "312 tests pass"), (None, "Deploy\nstarted"), (None, "Done")]
+        ):
+            clock.at = clock.start + 60 * minute
+            results.append(await broker.notify(info(text, title)))
+        ids = [r.request_id for r in results]
+        for result in results:
+            assert (result.delivered, result.failed) == ([], [])
+            assert result.digest == [{"channel": "phone", "at": iso(clock.closes)}]
+        assert channel.delivered == []
+        # not due a moment before the window closes: nothing to claim, whoever looks
+        assert await broker.store.claim_deliveries(["phone"], clock.closes - 0.001, 60, 64) == []
+
+        clock.at = clock.closes
+        await digest_sent(broker, ids)
+        [digest] = channel.delivered
+        assert digest.title == "digest: 3 notifications"
+        hhmm = [time.strftime("%H:%M", time.gmtime(clock.start + 60 * m)) for m in range(3)]
+        assert digest.text.splitlines() == [
+            f"• {hhmm[0]} Build: 312 tests pass",
+            f"• {hhmm[1]} Deploy started",
+            f"• {hhmm[2]} Done",
+        ]
+        assert (digest.kind, digest.level, digest.id) == (Kind.NOTIFICATION, "info", ids[-1])
+        for rid in ids:
+            [row] = await broker.store.deliveries(rid)
+            assert (row.status, row.detail["digest"], row.ref) == ("sent", 3, "msg-1")
+            assert [e.event for e in await broker.history.audit(rid)] == ["created", "delivered"]
+
+
+async def test_warnings_go_at_once_and_info_at_once_where_there_is_no_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock(monkeypatch)
+    async with channel_broker(tmp_path, phone, desk) as broker:
+        channel = broker.channels["phone"]
+        assert isinstance(channel, TestChannel)
+        note = await broker.notify(info("Nightly backup done"))
+        assert note.delivered == ["desk"]
+        assert note.digest == [{"channel": "phone", "at": iso(clock.closes)}]
+        assert "Queued for the digest on phone at " in describe_notification(note)
+        for level in ("warning", "error"):
+            loud = await broker.notify(AskSpec(kind=Kind.NOTIFICATION, text=f"Disk {level}", level=level))
+            assert (sorted(loud.delivered), loud.digest) == (["desk", "phone"], [])
+        assert [r.text for r in channel.delivered] == ["Disk warning", "Disk error"]
+
+
+async def test_questions_and_approvals_on_a_digest_channel_go_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Clock(monkeypatch)  # the window stays open for the whole test
+    async with channel_broker(tmp_path, phone) as broker:
+        approval, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Deploy v2"))
+        question, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Which region?"))
+        for request in (approval, question):
+            row = await sent_row(broker, request.id)
+            assert row.status == "sent" and "digest" not in row.detail
+
+
+async def test_a_restart_mid_window_neither_loses_nor_doubles_the_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two notifications, then the server stops; two servers on the same database start, one of them
+    takes a third; at the window's close exactly one of them sends one digest of all three."""
+    clock = Clock(monkeypatch)
+    db = tmp_path / "shared.sqlite3"
+    async with channel_broker(tmp_path, phone, db=db) as first:
+        ids = []
+        for minute, text in enumerate(("one", "two")):
+            clock.at = clock.start + 60 * minute
+            ids.append((await first.notify(info(text))).request_id)
+    clock.at = clock.start + 600
+    async with (
+        channel_broker(tmp_path / "a", phone, db=db) as a,
+        channel_broker(tmp_path / "b", phone, db=db) as b,
+    ):
+        ids.append((await b.notify(info("three"))).request_id)
+        clock.at = clock.closes
+        a.outbox.kick()
+        await digest_sent(b, ids)
+        sent = [r for broker in (a, b) for r in broker.channels["phone"].delivered]  # type: ignore[attr-defined]
+        assert len(sent) == 1
+        assert [line.split(" ", 2)[2] for line in sent[0].text.splitlines()] == ["one", "two", "three"]
+
+
+async def test_a_failed_digest_is_retried_as_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock(monkeypatch)
+    flaky = lambda hub: TestChannel("phone", failures=1, hub=hub, digest=WINDOW)  # noqa: E731
+    async with channel_broker(tmp_path, flaky) as broker:
+        ids = [(await broker.notify(info(text))).request_id for text in ("a", "b")]
+        clock.at = clock.closes
+        broker.outbox.kick()
+        with watching(broker) as changes:  # the stand-in refuses the first send: "retry after 10 ms"
+            await until(lambda: retrying(broker, ids), changes)
+        assert broker.channels["phone"].delivered == []  # type: ignore[attr-defined]
+        clock.at = clock.closes + 1
+        await digest_sent(broker, ids)
+        [digest] = broker.channels["phone"].delivered  # type: ignore[attr-defined]
+        assert digest.title == "digest: 2 notifications"
+        for rid in ids:
+            [row] = await broker.store.deliveries(rid)
+            assert (row.status, row.attempts) == ("sent", 2)
+
+
+async def retrying(broker: Broker, request_ids: list[str]) -> bool:
+    events = [e.event for rid in request_ids for e in await broker.history.audit(rid)]
+    return events.count("delivery_retry") == len(request_ids)
+
+
+def test_a_digest_reads_well_in_each_channel() -> None:
+    """The kit's digest is a notification: every channel renders it as one, with no code of its own."""
+    at = 1_800_000_000.0
+    notes = [
+        Request(
+            id=f"n{i}",
+            kind=Kind.NOTIFICATION,
+            status=Status.NOTIFIED,
+            text=t,
+            level="info",
+            created_at=at + i,
+        )
+        for i, t in enumerate(["Build passed", "Deploy started", "Deploy done"])
+    ]
+    digest = compose(notes, "any", at + 900)
+    lines = ["Build passed", "Deploy started", "Deploy done"]
+    assert "digest: 3 notifications" in telegram.render.compose(digest, None)
+    assert all(line in telegram.render.compose(digest, None) for line in lines)
+    blocks = slack.blocks.render(digest, None, None)
+    assert "digest: 3 notifications" in blocks[0]["text"]["text"]
+    assert all(line in blocks[1]["text"]["text"] for line in lines)
+    sms = twilio_sms.text.compose(digest, None, None)
+    assert sms.startswith("[hitl] digest: 3 notifications: • ") and all(line in sms for line in lines)
+    push = ntfy.compose.message(digest, ntfy.Config(topic="t"), None)
+    assert ntfy.compose.title(digest) == "digest: 3 notifications" and all(line in push for line in lines)
+    hook = events.notification(digest, None)["data"]
+    assert hook["title"] == "digest: 3 notifications" and hook["text"].count("\n") == 2
+
+
+def test_a_long_digest_lists_twenty_and_counts_the_rest() -> None:
+    notes = [
+        Request(
+            id=f"n{i:02d}",
+            kind=Kind.NOTIFICATION,
+            text=f"note {i}",
+            created_at=1_800_000_000.0 + i,
+            client_name=c,
+        )
+        for i, c in zip(range(25), ["ci", "deployer"] * 13, strict=False)
+    ]
+    digest = compose(notes, "any", 1_800_000_900.0)
+    lines = digest.text.splitlines()
+    assert len(lines) == 21 and lines[-1] == "… and 5 more in the inbox"
+    assert lines[0].endswith("[ci] note 0") and lines[1].endswith("[deployer] note 1")
+    assert digest.client_name == "several agents"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("soon", "channels.phone.digest: expected a duration such as 90s, 10m, 24h or a number of seconds"),
+        ("10s", "channels.phone.digest: must be between 1m and 1d"),
+        ("2d", "channels.phone.digest: must be between 1m and 1d"),
+    ],
+)
+def test_the_config_rejects_a_bad_digest(value: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(f"channels:\n  web: {{type: web}}\n  phone: {{type: ntfy, topic: t, digest: {value}}}\n")
+    assert message in str(caught.value) and "line 3" in str(caught.value)
+
+
+def test_the_inbox_takes_no_digest() -> None:
+    with pytest.raises(ConfigError, match=r"channels\.web\.digest: this channel sends no messages to batch"):
+        parse_config("channels:\n  web: {type: web, digest: 15m}\n")
+    assert parse_config(
+        "channels:\n  web: {type: web}\n  push: {type: ntfy, topic: t, digest: 15m}\n"
+    ).channels["push"].digest == pytest.approx(WINDOW)
+    assert ChannelConfig(type="x").digest is None
+
+
+async def test_notify_user_says_when_the_digest_goes(state_dir: Path) -> None:
+    """Through the MCP tool: the result names the channel and the time its digest goes."""
+    config = parse_config(
+        f"""
+channels:
+  web: {{type: web, token: {TOKEN}}}
+  push: {{type: ntfy, topic: builds, server: "http://127.0.0.1:9", digest: 15m}}
+""",
+        source="test.yaml",
+    )
+    async with running(state_dir, config) as rt, Client(rt.build_mcp(), mode="legacy") as client:
+        before = time.time()
+        result = await client.call_tool(
+            "notify_user", {"message": "Build finished", "channels": ["web", "push"]}
+        )
+        out = sc(result)
+        assert (out["delivered"], out["failed"]) == (["web"], [])
+        [held] = out["digest"]
+        closes = (math.floor(before / WINDOW) + 1) * WINDOW
+        assert held["channel"] == "push" and held["at"] in (iso(closes), iso(closes + WINDOW))
+        assert text_of(result) == f"Delivered via web. Queued for the digest on push at {held['at']}."
