@@ -12,16 +12,18 @@ cancels the work and goes back to trying. When the holder dies its lease ends wi
 database session), so another process takes over within ``RETRY_SECONDS``. Taking a lease is logged
 and audited (``poller_lease_taken``: the channel and the process, no secret).
 
-Channels use it through ``Channel.in_background(work, exclusive=True)``.
+Channels use it through ``Channel.in_background(work, exclusive=True)``; :func:`background` and
+:func:`stop` are what ``in_background`` and ``stop_background`` do, exclusive or not.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import anyio
 
@@ -30,7 +32,7 @@ from hitl_mcp.loops import reason
 if TYPE_CHECKING:
     from hitl_mcp.store.base import Lease
 
-__all__ = ["CHECK_SECONDS", "RETRY_SECONDS", "exclusively", "lease_name"]
+__all__ = ["CHECK_SECONDS", "RETRY_SECONDS", "Running", "background", "exclusively", "lease_name", "stop"]
 
 log = logging.getLogger("hitl_mcp.channels")
 
@@ -46,6 +48,41 @@ class LeaseHub(Protocol):
     async def record(
         self, request_id: str | None, event: str, actor: str | None, data: dict[str, Any]
     ) -> None: ...
+
+
+#: a started piece of background work: its task, and the scope that cancels it
+Running: TypeAlias = "tuple[asyncio.Task[None], anyio.CancelScope]"
+
+
+def background(
+    hub: LeaseHub,
+    channel: str,
+    work: Coroutine[Any, Any, None] | Callable[[], Awaitable[None]],
+    exclusive: bool,
+) -> Running:
+    """Start ``work`` in a task of its own (``exclusive``: under the channel's lease)."""
+    if exclusive:
+        if not callable(work):
+            raise TypeError("exclusive work must be a function that starts it afresh")
+        coroutine: Awaitable[None] = exclusively(hub, channel, work)
+    else:
+        coroutine = work() if callable(work) else work
+    scope = anyio.CancelScope()
+
+    async def scoped() -> None:
+        # an anyio scope, not task.cancel(): its cancellation also reaches past shielded calls
+        with scope:
+            await coroutine
+
+    return asyncio.get_running_loop().create_task(scoped(), name=f"hitl {channel}"), scope
+
+
+async def stop(running: list[Running]) -> None:
+    """Cancel the work and wait for it to end."""
+    for _, scope in running:
+        scope.cancel()
+    if running:
+        await asyncio.wait([task for task, _ in running])
 
 
 def lease_name(channel: str) -> str:

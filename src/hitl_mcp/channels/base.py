@@ -20,7 +20,6 @@ and ``hitl_mcp.durations``; ``channels.testing`` has a channel for tests. See do
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Collection, Coroutine
@@ -56,9 +55,9 @@ __all__ = [
 log = logging.getLogger("hitl_mcp.channels")
 
 if TYPE_CHECKING:  # config validation imports channel modules: keep them light
-    import anyio
     from starlette.routing import BaseRoute
 
+    from hitl_mcp.channels._exclusive import Running
     from hitl_mcp.store.base import Lease
 
 
@@ -275,7 +274,7 @@ class Channel:
         self.config = config
         self.hub = hub
         self.log = logging.getLogger(f"hitl_mcp.channels.{self.type or name}")
-        self._background: list[tuple[asyncio.Task[None], anyio.CancelScope]] = []
+        self._background: list[Running] = []
 
     # --- the kit -------------------------------------------------------------------------------
 
@@ -309,45 +308,22 @@ class Channel:
         return Answered(result.request) if result.won else Late(result.request, result.reason)
 
     def in_background(
-        self,
-        work: Coroutine[Any, Any, None] | Callable[[], Awaitable[None]],
-        *,
-        exclusive: bool = False,
+        self, work: Coroutine[Any, Any, None] | Callable[[], Awaitable[None]], *, exclusive: bool = False
     ) -> None:
         """Run ``work`` (a poller, a subscription) from ``start`` until :meth:`stop_background`,
-        which ``close`` calls before closing the clients the work uses.
+        which ``close`` calls before closing the clients the work uses. ``exclusive``: only while this
+        process holds the lease ``poller:<name>`` among those sharing the store (replicas); ``work`` is
+        then a function, called again each time the lease is taken back (``channels._exclusive``)."""
+        from hitl_mcp.channels._exclusive import background
 
-        ``exclusive``: run it in one process only among those sharing the store (replicas): while
-        this process holds the lease ``poller:<name>``; it is stopped if the lease is lost and run
-        again when it is taken back, so ``work`` is then a function that starts it afresh
-        (``channels._exclusive``)."""
-        import anyio
-
-        if exclusive:
-            if not callable(work):
-                raise TypeError("exclusive work must be a function that starts it afresh")
-            from hitl_mcp.channels._exclusive import exclusively
-
-            coroutine: Awaitable[None] = exclusively(self.hub, self.name, work)
-        else:
-            coroutine = work() if callable(work) else work
-        scope = anyio.CancelScope()
-
-        async def scoped() -> None:
-            # an anyio scope, not task.cancel(): its cancellation also reaches past shielded calls
-            with scope:
-                await coroutine
-
-        task = asyncio.get_running_loop().create_task(scoped(), name=f"hitl {self.name}")
-        self._background.append((task, scope))
+        self._background.append(background(self.hub, self.name, work, exclusive))
 
     async def stop_background(self) -> None:
         """Cancel what :meth:`in_background` started, and wait for it to end."""
+        from hitl_mcp.channels._exclusive import stop
+
         running, self._background = self._background, []
-        for _, scope in running:
-            scope.cancel()
-        if running:
-            await asyncio.wait([task for task, _ in running])
+        await stop(running)
 
     async def ignore(self, request_id: str | None, actor: str | None, reason: str, **data: Any) -> None:
         """A reply not let through (a sender not allowed, a request closed, words not understood):
