@@ -1,8 +1,9 @@
 """The Store protocol's contract: what the broker, the outbox and the channels rely on from any engine.
 
-Every test takes the ``engine`` fixture, which today yields the embedded SQLite store; a PostgreSQL
-engine joins by adding one parameter (a store on a fresh database, a second connection to it, and the
-raw writes an attacker with the database's credentials could make).
+Every test takes the ``engine`` fixture, once per engine: the embedded SQLite store, and PostgreSQL on
+a fresh database of the test cluster (tests/support/postgres.py); each with a way to open another store
+on the same database (as another process would) and the raw writes an attacker with the database's
+credentials could make.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from hitl_mcp.audit import GENESIS, row_hash
 from hitl_mcp.models import Kind, Reply, Request, Status, now, payload_sha256
 from hitl_mcp.store.base import KeyConflict, Store
 from hitl_mcp.store.sqlite import SqliteStore
+from tests.support.postgres import Cluster
 from tests.support.settle import close_request, resolve, verify_audit
 
 pytestmark = pytest.mark.anyio
@@ -51,8 +53,51 @@ def _sqlite_rewrite(path: Path) -> Callable[[int, dict[str, Any]], None]:
     return rewrite
 
 
-@pytest.fixture(params=["sqlite"])
+def _postgres_rewrite(url: str) -> Callable[[int, dict[str, Any]], None]:
+    def rewrite(seq: int, columns: dict[str, Any]) -> None:
+        async def go() -> None:
+            import asyncpg
+
+            conn = await asyncpg.connect(url)
+            try:
+                async with conn.transaction():
+                    await conn.execute("ALTER TABLE audit DISABLE TRIGGER audit_no_update")
+                    sets = ", ".join(f"{name} = ${i}" for i, name in enumerate(columns, 1))
+                    await conn.execute(
+                        f"UPDATE audit SET {sets} WHERE seq = ${len(columns) + 1}", *columns.values(), seq
+                    )
+            finally:
+                await conn.close()
+
+        # synchronous, as the SQLite one: in a thread with a loop of its own
+        thread = threading.Thread(target=anyio.run, args=(go,))
+        thread.start()
+        thread.join(30)
+
+    return rewrite
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
 async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Engine]:
+    if request.param == "postgres":
+        from hitl_mcp.store.postgres import PostgresStore
+
+        cluster: Cluster = request.getfixturevalue("postgres_cluster")
+        url = await cluster.create_database()
+        pg = PostgresStore(url)
+        await pg.open()
+
+        async def connect_pg() -> Store:
+            other = PostgresStore(url)
+            await other.open()
+            return other
+
+        try:
+            yield Engine(pg, connect_pg, _postgres_rewrite(url))
+        finally:
+            await pg.close()
+            await cluster.drop_database(url)
+        return
     path = tmp_path / "contract.sqlite3"
     store = SqliteStore(path)
     await store.open()
