@@ -29,7 +29,7 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import asyncpg
 import asyncpg.pool
@@ -47,6 +47,7 @@ from hitl_mcp.store.base import (
     StoreError,
 )
 from hitl_mcp.store.pg_schema import MIGRATIONS, VERSION_TABLE
+from hitl_mcp.store.select import redact
 
 log = logging.getLogger("hitl_mcp.store")
 T = TypeVar("T")
@@ -96,20 +97,9 @@ TRANSIENT: tuple[type[BaseException], ...] = (
     OSError,
     asyncio.TimeoutError,
 )
-
-
-def redact(url: str) -> str:
-    """The URL with its password replaced by ``***`` (and no query string, which may hold one)."""
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, _, host = netloc.rpartition("@")
-            user = userinfo.partition(":")[0]
-            netloc = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
-        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-    except ValueError:
-        return "postgresql://***"
+#: anything the database or the way to it can fail with
+FAILURES: tuple[type[BaseException], ...] = (*TRANSIENT, asyncpg.PostgresError)
+FAILURES_OR_BAD_URL: tuple[type[BaseException], ...] = (*FAILURES, ValueError)
 
 
 def _password(url: str) -> str | None:
@@ -137,7 +127,7 @@ class AdvisoryLease:
             return False
         try:
             return bool(await conn.fetchval("SELECT 1", timeout=HEALTH_TIMEOUT_SECONDS))
-        except (*TRANSIENT, asyncpg.PostgresError):
+        except FAILURES:
             return False
 
     async def release(self) -> None:
@@ -148,7 +138,7 @@ class AdvisoryLease:
             if not conn.is_closed():
                 await conn.execute("SELECT pg_advisory_unlock($1)", self._key, timeout=HEALTH_TIMEOUT_SECONDS)
                 await conn.close(timeout=HEALTH_TIMEOUT_SECONDS)
-        except (*TRANSIENT, asyncpg.PostgresError):
+        except FAILURES:
             conn.terminate()  # closing the session frees the lock all the same
 
 
@@ -201,7 +191,7 @@ class _Listener:
                     await self._attach()
                     log.info("hitl-mcp: the change listener reconnected to %s", self._where)
                     break
-                except (*TRANSIENT, asyncpg.PostgresError) as exc:
+                except FAILURES as exc:
                     self.problem = f"the change listener cannot reconnect to {self._where}: {_reason(exc)}"
 
     async def _watch(self) -> None:
@@ -215,7 +205,7 @@ class _Listener:
                 if self._lost.is_set() or conn.is_closed():
                     raise ConnectionError("the connection was closed")
                 await conn.fetchval("SELECT 1", timeout=HEALTH_TIMEOUT_SECONDS)
-            except (*TRANSIENT, asyncpg.PostgresError) as exc:
+            except FAILURES as exc:
                 self.problem = f"the change listener lost its connection to {self._where}: {_reason(exc)}"
                 log.warning("hitl-mcp: %s; reconnecting", self.problem)
                 return
@@ -277,7 +267,7 @@ class PostgresStore:
             if listen:
                 self._listener = _Listener(self._connect, self.where)
                 await self._listener.start()
-        except (*TRANSIENT, asyncpg.PostgresError, ValueError) as exc:
+        except FAILURES_OR_BAD_URL as exc:
             await self.close()
             raise StoreError(self._said(f"cannot use the database at {self.where}: {_reason(exc)}")) from None
         except BaseException:
@@ -318,7 +308,7 @@ class PostgresStore:
         key = _stable_key(name)
         try:
             conn = await self._connect(f"hitl-mcp lease {name}"[:63])
-        except (*TRANSIENT, asyncpg.PostgresError) as exc:
+        except FAILURES as exc:
             raise StoreError(self._said(f"cannot take the lease {name!r}: {_reason(exc)}")) from None
         try:
             held = await conn.fetchval("SELECT pg_try_advisory_lock($1)", key)
@@ -333,7 +323,8 @@ class PostgresStore:
     async def _migrate(self) -> None:
         async def work(conn: Conn) -> None:
             async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATE_LOCK)  # replicas starting together
+                # replicas starting together migrate one after the other
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATE_LOCK)
                 await conn.execute(VERSION_TABLE)
                 version = await conn.fetchval("SELECT max(version) FROM hitl_schema")
                 if version is None:
@@ -375,14 +366,18 @@ class PostgresStore:
             except TRANSIENT as exc:
                 if wait is None:
                     raise StoreError(
-                        self._said(f"the server cannot record requests: the database at {self.where} "
-                                   f"is unreachable: {_reason(exc)}")
+                        self._said(
+                            f"the server cannot record requests: the database at {self.where} "
+                            f"is unreachable: {_reason(exc)}"
+                        )
                     ) from None
                 await asyncio.sleep(wait)
             except asyncpg.PostgresError as exc:
                 raise StoreError(
-                    self._said(f"the server cannot record requests: the database at {self.where} "
-                               f"failed: {_reason(exc)}")
+                    self._said(
+                        f"the server cannot record requests: the database at {self.where} "
+                        f"failed: {_reason(exc)}"
+                    )
                 ) from None
         raise AssertionError("unreachable")
 
@@ -627,7 +622,11 @@ class PostgresStore:
             if row is None:
                 return None
             current = _request(row)
-            if current.status == Status.PENDING and current.expires_at is not None and current.expires_at <= at:
+            if (
+                current.status == Status.PENDING
+                and current.expires_at is not None
+                and current.expires_at <= at
+            ):
                 current = await self._settle(tx, current, Status.EXPIRED, "expiry", expired, at, silent)
             won = False
             if current.status == Status.PENDING:
@@ -665,7 +664,11 @@ class PostgresStore:
                 data = {"channel": reply.channel, **credited, "reason": reason}
                 await self._append(tx, request_id, "reply_rejected", reply.responder, data)
                 return Settled(False, current)
-            data = {"channel": reply.channel, **credited, **{k: v for k, v in outcome.items() if v is not None}}
+            data = {
+                "channel": reply.channel,
+                **credited,
+                **{k: v for k, v in outcome.items() if v is not None},
+            }
             await self._append(tx, request_id, "answered", reply.responder, data, at=at)
             await self._queue_retractions(tx, request_id, at, silent)
             fields = {name: outcome.get(name) for name in ("answer", "choice", "approved", "comment")}
@@ -889,7 +892,9 @@ class PostgresStore:
                     channels = await self._queue_reminders(tx, step, now)
                 else:
                     channels = await self._queue_sends(tx, step, now)
-                await tx.conn.execute("UPDATE steps SET status = 'done', done_at = $1 WHERE id = $2", now, step.id)
+                await tx.conn.execute(
+                    "UPDATE steps SET status = 'done', done_at = $1 WHERE id = $2", now, step.id
+                )
                 data = {"step": step.number, "action": step.label, "channels": channels}
                 await self._append(tx, step.request_id, "step_sent", None, data, at=now)
                 ran.append(replace(step, status="done", channels=channels))
@@ -911,7 +916,9 @@ class PostgresStore:
             )
         if new:
             body["channels"] = [*body["channels"], *new]
-            await tx.conn.execute("UPDATE requests SET body = $1 WHERE id = $2", json.dumps(body), step.request_id)
+            await tx.conn.execute(
+                "UPDATE requests SET body = $1 WHERE id = $2", json.dumps(body), step.request_id
+            )
         return new
 
     async def _queue_reminders(self, tx: _Tx, step: StepRow, at: float) -> builtins.list[str]:
@@ -1008,7 +1015,8 @@ class PostgresStore:
         async def work(tx: _Tx) -> int:
             state = await tx.conn.fetch(
                 "DELETE FROM channel_state WHERE length(key) >= 17 AND left(right(key, 17), 1) = ':'"
-                " AND right(key, 16) IN (SELECT id FROM requests WHERE status != 'pending' AND closed_at < $1)"
+                " AND right(key, 16) IN"
+                " (SELECT id FROM requests WHERE status != 'pending' AND closed_at < $1)"
                 " RETURNING 1",
                 before,
             )
