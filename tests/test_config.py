@@ -729,3 +729,8 @@ def test_state_dir_from_config_expands_user_and_is_relative_to_the_file(
     path.parent.mkdir()
     path.write_text("server:\n  state_dir: state\n")
     assert resolve_state_dir(load_config(path), None, {}) == tmp_path / "etc" / "state"
+
+
+def test_the_effective_config_says_a_store_url_without_its_password() -> None:
+    config = parse("server:\n  store: postgresql://app:hunter2@db:5432/hitl?sslpassword=x\n")
+    assert effective_config(config)["server"]["store"] == "postgresql://app:***@db:5432/hitl"

@@ -1080,6 +1080,23 @@ class PostgresStore:
         return await self._unit(work)
 
 
+async def probe(url: str) -> int:
+    """Connect once and read the schema version (0 for a database hitl-mcp has not used), changing
+    nothing: for ``hitl-mcp check``. Raises ``StoreError`` saying why, without the password."""
+    secret, where = _password(url), redact(url)
+    try:
+        conn = await asyncpg.connect(url, timeout=CONNECT_TIMEOUT_SECONDS)
+        try:
+            if await conn.fetchval("SELECT to_regclass('hitl_schema')") is None:
+                return 0
+            return int(await conn.fetchval("SELECT max(version) FROM hitl_schema") or 0)
+        finally:
+            await conn.close()
+    except FAILURES_OR_BAD_URL as exc:
+        text = f"cannot reach the database at {where}: {_reason(exc)}"
+        raise StoreError(text.replace(secret, "***") if secret else text) from None
+
+
 class NewerDatabase(StoreError):
     """The database's schema is newer than this hitl-mcp knows."""
 

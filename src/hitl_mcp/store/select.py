@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 ENV = "HITL_DATABASE_URL"
 SCHEMES = ("postgresql", "postgres")
+NEEDS_ASYNCPG = "the PostgreSQL store needs asyncpg, which is not installed: pip install 'mcp-hitl[postgres]'"
 
 
 def redact(url: str) -> str:
@@ -70,9 +71,7 @@ def engine_for(config: Config, state_dir: Path) -> Engine:
         from hitl_mcp.store.postgres import PostgresStore
     except ImportError as exc:
         if exc.name and exc.name.startswith("asyncpg"):
-            raise StoreError(
-                "the PostgreSQL store needs asyncpg, which is not installed: pip install 'mcp-hitl[postgres]'"
-            ) from None
+            raise StoreError(NEEDS_ASYNCPG) from None
         raise
     return PostgresStore(url, anchor, pool_size=config.server.store_pool)
 
