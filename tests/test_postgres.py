@@ -99,6 +99,19 @@ async def test_a_dropped_listener_is_reported_and_recovers_without_losing_a_chan
     assert [c.event for c in await a.changes_since(seq)] == ["login"]
 
 
+async def test_work_survives_its_pooled_connections_being_cut(
+    pair: tuple[PostgresStore, PostgresStore], postgres_url: str, postgres_cluster: Cluster
+) -> None:
+    """A server restart or a failover cuts every pooled connection: the next unit of work is tried
+    again on a fresh one instead of failing."""
+    a, _ = pair
+    await a.record(None, "login", "owner", {})
+    assert await postgres_cluster.terminate(dbname(postgres_url), "hitl-mcp") >= 2  # both pools
+    await a.record(None, "logout", "owner", {})
+    assert [c.event for c in await a.changes_since(0)] == ["login", "logout"]
+    assert (await verify_audit(a)).ok
+
+
 async def test_a_lease_ends_when_its_holders_connection_dies(
     pair: tuple[PostgresStore, PostgresStore], postgres_url: str, postgres_cluster: Cluster
 ) -> None:
@@ -244,3 +257,9 @@ async def test_two_replicas_on_one_database_answer_each_others_requests(
         assert (request.answer, request.channel) == ("via B", "web")
     finally:
         await store.close()
+    # the CLI reads the same database; B settled the request, so B's state directory holds the anchor
+    code, out, err = await cli(tmp_path / "state-b", "audit", "verify", HITL_DATABASE_URL=postgres_url)
+    assert code == 0, err
+    assert "1 anchor" in out, out
+    code, out, err = await cli(tmp_path / "state-a", "history", HITL_DATABASE_URL=postgres_url)
+    assert code == 0 and "Ship it?" in out and "via B" in out, (out, err)

@@ -24,6 +24,7 @@ import asyncio
 import builtins  # for builtins.list: below a class's list method, `list` names the method
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -88,6 +89,8 @@ CONNECT_TIMEOUT_SECONDS = 10.0
 TRANSIENT: tuple[type[BaseException], ...] = (
     asyncpg.ConnectionDoesNotExistError,
     asyncpg.InterfaceError,
+    # a transaction's rollback on a connection that was just cut: "cannot switch to state ..."
+    asyncpg.exceptions.InternalClientError,
     asyncpg.PostgresConnectionError,
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.CrashShutdownError,
@@ -185,14 +188,15 @@ class _Listener:
             if self._conn is not None:
                 self._conn.terminate()
                 self._conn = None
-            for attempt in range(1_000_000_000):
+            for attempt in itertools.count():
                 await asyncio.sleep(RECONNECT_BACKOFF[min(attempt, len(RECONNECT_BACKOFF) - 1)])
                 try:
                     await self._attach()
-                    log.info("hitl-mcp: the change listener reconnected to %s", self._where)
-                    break
                 except FAILURES as exc:
                     self.problem = f"the change listener cannot reconnect to {self._where}: {_reason(exc)}"
+                    continue
+                log.info("hitl-mcp: the change listener reconnected to %s", self._where)
+                break
 
     async def _watch(self) -> None:
         """Until the connection drops or stops answering ``SELECT 1`` in time."""
