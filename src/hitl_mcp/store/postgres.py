@@ -162,22 +162,20 @@ class _Listener:
         self.pending = True
         self.wake.set()
 
-    def _dropped(self, *_: object) -> None:
-        self._lost.set()
-
     async def start(self) -> None:
         await self._attach()  # the first connection fails the open, as the pool's would
         self._task = asyncio.get_running_loop().create_task(self._run(), name="hitl-mcp listener")
 
     async def _attach(self) -> None:
+        lost = asyncio.Event()  # this connection's own: a late callback of an old one cannot set it
         conn = await self._connect("hitl-mcp listener")
         try:
-            conn.add_termination_listener(self._dropped)
+            conn.add_termination_listener(lambda _: lost.set())
             await conn.add_listener(CHANNEL, self._notified)
         except BaseException:
             conn.terminate()
             raise
-        self._lost = asyncio.Event()
+        self._lost = lost
         self._conn = conn
         self.problem = None
         self._notified()  # notifications while away are lost: whoever waits re-reads the feed
@@ -192,7 +190,7 @@ class _Listener:
                 await asyncio.sleep(RECONNECT_BACKOFF[min(attempt, len(RECONNECT_BACKOFF) - 1)])
                 try:
                     await self._attach()
-                except FAILURES as exc:
+                except Exception as exc:  # whatever it is, try again: the listener must not end
                     self.problem = f"the change listener cannot reconnect to {self._where}: {_reason(exc)}"
                     continue
                 log.info("hitl-mcp: the change listener reconnected to %s", self._where)
@@ -209,7 +207,7 @@ class _Listener:
                 if self._lost.is_set() or conn.is_closed():
                     raise ConnectionError("the connection was closed")
                 await conn.fetchval("SELECT 1", timeout=HEALTH_TIMEOUT_SECONDS)
-            except FAILURES as exc:
+            except Exception as exc:  # any failure of the check: reconnect
                 self.problem = f"the change listener lost its connection to {self._where}: {_reason(exc)}"
                 log.warning("hitl-mcp: %s; reconnecting", self.problem)
                 return
