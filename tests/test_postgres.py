@@ -1,8 +1,10 @@
 """What only the PostgreSQL store does: LISTEN wake-ups and their recovery, leases that die with their
-connection, migrations, a password that is never said, and replicas serving one database."""
+connection, a pool that survives cut connections, a password that is never said, and replicas serving
+one database; and ``hitl-mcp migrate`` on both engines."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -177,15 +179,19 @@ async def test_migrate_brings_an_empty_database_up_to_date_and_refuses_a_newer_o
 async def test_migrate_on_sqlite(state_dir: Path) -> None:
     from hitl_mcp.store.sqlite import MIGRATIONS as SQLITE_MIGRATIONS
 
-    n = len(SQLITE_MIGRATIONS)
+    n, path = len(SQLITE_MIGRATIONS), state_dir / "hitl.sqlite3"
     code, out, err = await cli(state_dir, "migrate")
-    assert (code, out, err) == (
-        0,
-        f"database at {state_dir / 'hitl.sqlite3'}: version {n} (migrated from 0)\n",
-        "",
-    )
+    assert (code, out, err) == (0, f"database at {path}: version {n} (migrated from 0)\n", "")
     code, out, _ = await cli(state_dir, "migrate")
-    assert (code, out) == (0, f"database at {state_dir / 'hitl.sqlite3'}: version {n} (up to date)\n")
+    assert (code, out) == (0, f"database at {path}: version {n} (up to date)\n")
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 99")
+    db.close()
+    code, out, err = await cli(state_dir, "migrate")
+    assert (code, out) == (1, "")
+    assert err.strip() == (
+        f"hitl-mcp: {path} has schema version 99, newer than this hitl-mcp knows ({n}); upgrade hitl-mcp"
+    )
 
 
 async def test_the_password_is_never_said_when_the_database_is_unreachable(state_dir: Path) -> None:

@@ -41,7 +41,11 @@ def database_url(config: Config, env: dict[str, str] | None = None) -> str | Non
     """The PostgreSQL URL this config runs on; None for SQLite."""
     raw = (os.environ if env is None else env).get(ENV, "").strip()
     if raw:
-        if urlsplit(raw).scheme not in SCHEMES:
+        try:
+            scheme = urlsplit(raw).scheme
+        except ValueError:
+            scheme = ""
+        if scheme not in SCHEMES:
             raise StoreError(f"${ENV} must be a postgresql:// URL")  # not echoed: it may hold a password
         return raw
     return None if config.server.store == "sqlite" else config.server.store
