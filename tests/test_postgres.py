@@ -5,6 +5,8 @@ one database; and ``hitl-mcp migrate`` on both engines."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -269,3 +271,33 @@ async def test_two_replicas_on_one_database_answer_each_others_requests(
     assert "1 anchor" in out, out
     code, out, err = await cli(tmp_path / "state-a", "history", HITL_DATABASE_URL=postgres_url)
     assert code == 0 and "Ship it?" in out and "via B" in out, (out, err)
+
+
+def test_without_asyncpg_the_postgresql_store_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from hitl_mcp.config import parse_config
+    from hitl_mcp.store.select import NEEDS_ASYNCPG, engine_for
+
+    monkeypatch.delitem(sys.modules, "hitl_mcp.store.postgres")
+    monkeypatch.setitem(sys.modules, "asyncpg", None)  # as if not installed: importing it fails
+    config = parse_config("server:\n  store: postgresql://app:pw@db/hitl\n", source="hitl.yaml", env={})
+    with pytest.raises(StoreError) as info:
+        engine_for(config, tmp_path)
+    assert str(info.value) == NEEDS_ASYNCPG
+    assert NEEDS_ASYNCPG.endswith("pip install 'mcp-hitl[postgres]'")
+    monkeypatch.setenv("HITL_DATABASE_URL", "mysql://app:pw@db/hitl")
+    with pytest.raises(StoreError) as info:
+        engine_for(parse_config("", source="hitl.yaml", env={}), tmp_path)
+    assert str(info.value) == "$HITL_DATABASE_URL must be a postgresql:// URL"
+
+
+def test_sqlite_never_loads_asyncpg(tmp_path: Path) -> None:
+    code = (
+        "import sys; from pathlib import Path; from hitl_mcp.config import parse_config;"
+        " from hitl_mcp.store.select import engine_for;"
+        " engine_for(parse_config('', source='x', env={}), Path(sys.argv[1]));"
+        " print('asyncpg' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "False\n"), done.stderr
