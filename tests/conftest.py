@@ -18,7 +18,7 @@ from hitl_mcp.runtime import Runtime
 from tests.support.events import Changes, until
 
 # the stand-ins' fixtures (slack_standin, twilio_standin, certs, imap, folder, smtp)
-pytest_plugins = ["tests.support.fixtures"]
+pytest_plugins = ["tests.support.fixtures", "tests.support.postgres"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789"

@@ -315,9 +315,22 @@ def test_public_url() -> None:
         assert e.message.startswith("expected an http:// or https:// base URL")
 
 
-def test_store_must_be_sqlite_and_is_not_echoed() -> None:
-    e = error("server:\n  store: postgresql://app:hunter2@db/hitl\n")
-    assert str(e) == "hitl.yaml:2: server.store: only 'sqlite' is supported for now"
+def test_store_is_sqlite_or_a_postgresql_url_and_is_not_echoed() -> None:
+    for bad in ("mysql://app:hunter2@db/hitl", "postgresql://app:hunter2@db:99999/hitl", "hunter2"):
+        e = error(f"server:\n  store: '{bad}'\n")
+        assert str(e) == (
+            "hitl.yaml:2: server.store: expected 'sqlite' or a PostgreSQL URL such as "
+            "postgresql://user:password@host:5432/hitl"
+        )
+    for good in ("sqlite", "postgresql://app:hunter2@db/hitl", "postgres:///hitl"):
+        assert parse(f"server:\n  store: '{good}'\n").server.store == good
+
+
+def test_store_pool_is_a_positive_size() -> None:
+    assert parse("server: {}\n").server.store_pool == 10
+    assert parse("server:\n  store_pool: 3\n").server.store_pool == 3
+    e = error("server:\n  store_pool: 0\n")
+    assert (e.line, e.key) == (2, "server.store_pool")
 
 
 def test_log_level() -> None:
@@ -716,3 +729,8 @@ def test_state_dir_from_config_expands_user_and_is_relative_to_the_file(
     path.parent.mkdir()
     path.write_text("server:\n  state_dir: state\n")
     assert resolve_state_dir(load_config(path), None, {}) == tmp_path / "etc" / "state"
+
+
+def test_the_effective_config_says_a_store_url_without_its_password() -> None:
+    config = parse("server:\n  store: postgresql://app:hunter2@db:5432/hitl?sslpassword=x\n")
+    assert effective_config(config)["server"]["store"] == "postgresql://app:***@db:5432/hitl"

@@ -1,8 +1,9 @@
 """The Store protocol's contract: what the broker, the outbox and the channels rely on from any engine.
 
-Every test takes the ``engine`` fixture, which today yields the embedded SQLite store; a PostgreSQL
-engine joins by adding one parameter (a store on a fresh database, a second connection to it, and the
-raw writes an attacker with the database's credentials could make).
+Every test takes the ``engine`` fixture, once per engine: the embedded SQLite store, and PostgreSQL on
+a fresh database of the test cluster (tests/support/postgres.py); each with a way to open another store
+on the same database (as another process would) and the raw writes an attacker with the database's
+credentials could make.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from hitl_mcp.audit import GENESIS, row_hash
 from hitl_mcp.models import Kind, Reply, Request, Status, now, payload_sha256
 from hitl_mcp.store.base import KeyConflict, Store
 from hitl_mcp.store.sqlite import SqliteStore
+from tests.support.postgres import Cluster
 from tests.support.settle import close_request, resolve, verify_audit
 
 pytestmark = pytest.mark.anyio
@@ -51,8 +53,51 @@ def _sqlite_rewrite(path: Path) -> Callable[[int, dict[str, Any]], None]:
     return rewrite
 
 
-@pytest.fixture(params=["sqlite"])
+def _postgres_rewrite(url: str) -> Callable[[int, dict[str, Any]], None]:
+    def rewrite(seq: int, columns: dict[str, Any]) -> None:
+        async def go() -> None:
+            import asyncpg
+
+            conn = await asyncpg.connect(url)
+            try:
+                async with conn.transaction():
+                    await conn.execute("ALTER TABLE audit DISABLE TRIGGER audit_no_update")
+                    sets = ", ".join(f"{name} = ${i}" for i, name in enumerate(columns, 1))
+                    await conn.execute(
+                        f"UPDATE audit SET {sets} WHERE seq = ${len(columns) + 1}", *columns.values(), seq
+                    )
+            finally:
+                await conn.close()
+
+        # synchronous, as the SQLite one: in a thread with a loop of its own
+        thread = threading.Thread(target=anyio.run, args=(go,))
+        thread.start()
+        thread.join(30)
+
+    return rewrite
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
 async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Engine]:
+    if request.param == "postgres":
+        from hitl_mcp.store.postgres import PostgresStore
+
+        cluster: Cluster = request.getfixturevalue("postgres_cluster")
+        url = await cluster.create_database()
+        pg = PostgresStore(url)
+        await pg.open()
+
+        async def connect_pg() -> Store:
+            other = PostgresStore(url)
+            await other.open()
+            return other
+
+        try:
+            yield Engine(pg, connect_pg, _postgres_rewrite(url))
+        finally:
+            await pg.close()
+            await cluster.drop_database(url)
+        return
     path = tmp_path / "contract.sqlite3"
     store = SqliteStore(path)
     await store.open()
@@ -1014,3 +1059,80 @@ async def test_a_lease_has_one_holder_among_processes_until_released(engine: Eng
         await taken.release()
     finally:
         await other.close()
+
+
+# ------------------------------------------------------------------ races between processes
+
+
+def race(engine: Engine, contenders: int, work: Callable[[Store, int], Awaitable[Any]]) -> list[Any]:
+    """``work(store, i)`` for each contender at once, each on a store of its own (another process's),
+    in a thread with a loop of its own, released together; their results, in contender order."""
+    barrier = threading.Barrier(contenders)
+    results: dict[int, Any] = {}
+
+    def contend(i: int) -> None:
+        async def go() -> None:
+            other = await engine.connect()
+            try:
+                barrier.wait(timeout=10)
+                results[i] = await work(other, i)
+            finally:
+                await other.close()
+
+        anyio.run(go)
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(contenders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(results) == list(range(contenders)), "a contender failed"
+    return [results[i] for i in range(contenders)]
+
+
+async def test_concurrent_creates_with_one_idempotency_key_make_one_request(engine: Engine) -> None:
+    async def create(store: Store, i: int) -> tuple[str, bool]:
+        stored, created = await store.create(ask(idempotency_key="deploy-7", text="Deploy v7?"), None)
+        return stored.id, created
+
+    outcomes = race(engine, 4, create)
+    assert len({request_id for request_id, _ in outcomes}) == 1
+    assert sorted(created for _, created in outcomes) == [False, False, False, True]
+    (request,) = await engine.store.list()
+    assert [e for e, _, _ in await events(engine.store, request.id)] == ["created"] + ["reattached"] * 3
+    assert len(await engine.store.deliveries(request.id)) == 2
+    assert (await verify_audit(engine.store)).ok
+
+
+async def test_concurrent_appends_from_separate_processes_keep_one_chain(engine: Engine) -> None:
+    async def append(store: Store, i: int) -> None:
+        for n in range(15):
+            await store.record(None, "login", f"p{i}", {"n": n})
+
+    race(engine, 4, append)
+    rows = await engine.store.audit()
+    assert [r.seq for r in rows] == list(range(1, 61))  # no seq twice, none skipped
+    verdict = await verify_audit(engine.store)
+    assert (verdict.ok, verdict.rows) == (True, 60)  # every row links to the one before: no fork
+    for who in range(4):  # each process's rows in the order it wrote them
+        assert [r.data["n"] for r in rows if r.actor == f"p{who}"] == list(range(15))
+    assert [c.seq for c in await engine.store.changes_since(0)] == list(range(1, 61))
+
+
+async def test_a_due_step_runs_once_when_processes_race_to_run_it(engine: Engine) -> None:
+    store = engine.store
+    requests = [ask(text=f"Q{i}", channels=["a"]) for i in range(6)]
+    at = max(r.created_at for r in requests)
+    for request in requests:
+        await store.create(request, None, [planned(1, at + 10, channels=["a", "b"])])
+
+    async def run(other: Store, i: int) -> list[str]:
+        return [step.request_id for step in await other.run_due_steps(at + 10)]
+
+    ran = [request_id for mine in race(engine, 3, run) for request_id in mine]
+    assert sorted(ran) == sorted(r.id for r in requests)  # each step once, by one of them
+    for request in requests:
+        sends = [d for d in await store.deliveries(request.id) if d.channel == "b"]
+        assert [(d.action, d.status) for d in sends] == [("deliver", "queued")]
+        assert [e for e, _, _ in await events(store, request.id)].count("step_sent") == 1
+    assert (await verify_audit(store)).ok

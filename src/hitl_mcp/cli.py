@@ -32,6 +32,7 @@ from hitl_mcp.cli_requests import (
     run,
 )
 from hitl_mcp.cli_requests import config_and_state as _config
+from hitl_mcp.cli_store import check_store, cmd_migrate
 from hitl_mcp.gate import cli as gate_cli
 from hitl_mcp.terminal import visible
 
@@ -118,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
 
     p = command("check", cmd_check, "validate a config and print it, secrets masked; check the database")
+    common(p)
+
+    p = command("migrate", cmd_migrate, "bring the database's schema up to this version (either store)")
     common(p)
 
     p = command("test-channel", cmd_test_channel, "send a test message through one channel")
@@ -270,7 +274,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     _require_libraries(config.channels)
     print(f"# {config.source or 'embedded default'}: valid")
     print(yaml.safe_dump(effective_config(config), sort_keys=False), end="")
-    failed = _check_database(state_dir)
+    failed = check_store(config, state_dir)
+    if failed is None:  # SQLite: the file in the state directory
+        failed = _check_database(state_dir)
 
     async def probe(name: str, channel: Channel) -> None:
         nonlocal failed

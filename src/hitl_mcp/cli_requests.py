@@ -43,23 +43,31 @@ def config_and_state(args: argparse.Namespace) -> tuple[Config, Any]:
 @contextlib.asynccontextmanager
 async def open_broker(args: argparse.Namespace) -> AsyncIterator[Broker]:
     """A broker on the state directory's database, with no channels: for reading and answering."""
-    from hitl_mcp.anchor import configured_anchor
     from hitl_mcp.broker import AskDefaults, Broker
-    from hitl_mcp.runtime import DB_FILE
+    from hitl_mcp.store.base import StoreError
     from hitl_mcp.store.health import storage_error
+    from hitl_mcp.store.select import engine_for
     from hitl_mcp.store.sqlite import SqliteStore
 
     config, state_dir = config_and_state(args)
-    store = SqliteStore(state_dir / DB_FILE, configured_anchor(config, state_dir))
+    try:
+        store = engine_for(config, state_dir)
+    except StoreError as exc:
+        raise CliError(str(exc)) from None
+    path = store.path if isinstance(store, SqliteStore) else None
     try:
         await store.open()
-    except (OSError, sqlite3.Error) as exc:
+    except (OSError, sqlite3.Error, StoreError) as exc:
         await store.close()
-        raise CliError(storage_error(exc, store.path)) from None
+        raise CliError(str(exc) if path is None else storage_error(exc, path)) from None
     try:
         yield Broker(store, {}, AskDefaults({}, {}), state_dir=state_dir)
     except sqlite3.Error as exc:
-        raise CliError(storage_error(exc, store.path)) from None
+        raise CliError(storage_error(exc, path)) from None
+    except StoreError as exc:
+        if path is not None:
+            raise  # as before for SQLite
+        raise CliError(str(exc)) from None  # PostgreSQL unreachable mid-command: one line
     finally:
         await store.close()
 

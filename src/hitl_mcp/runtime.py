@@ -114,21 +114,23 @@ class Runtime:
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Open the store, start the channels and the broker's loops; runs until cancelled."""
-        from hitl_mcp.anchor import configured_anchor
         from hitl_mcp.broker import AskDefaults, Broker
         from hitl_mcp.escalation import policy_from_config
         from hitl_mcp.store.base import StoreError
-        from hitl_mcp.store.sqlite import SqliteStore
+        from hitl_mcp.store.select import engine_for, failure
 
-        store = SqliteStore(self.state_dir / DB_FILE, configured_anchor(self.config, self.state_dir))
+        try:
+            store = engine_for(self.config, self.state_dir)
+        except StoreError as exc:
+            self._failed = exc
+            self._ready.set()
+            raise StoreUnavailable(f"cannot keep requests: {exc}") from None
         channels: list[Channel] = []
         try:
             try:
                 await store.open()
             except (OSError, sqlite3.Error, StoreError) as exc:
-                raise StoreUnavailable(
-                    f"cannot keep requests: the database {store.path} failed: {exc}"
-                ) from exc
+                raise StoreUnavailable(f"cannot keep requests: {failure(store, exc)}") from exc
             d = self.config.defaults
             broker = Broker(
                 store,

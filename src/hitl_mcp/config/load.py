@@ -202,8 +202,12 @@ def _plain(value: Any) -> Any:
 def effective_config(config: Config) -> dict[str, Any]:
     """The whole effective config as plain data (YAML keys, every default filled in), with every
     secret replaced by ``"***"``."""
+    from hitl_mcp.store.select import redact
+
     result = _plain(config)
     assert isinstance(result, dict)
+    if result["server"]["store"] != "sqlite":  # a PostgreSQL URL may carry a password
+        result["server"]["store"] = redact(result["server"]["store"])
     return result
 
 

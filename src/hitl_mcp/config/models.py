@@ -129,6 +129,11 @@ class ServerConfig(_Section):
     """The base URL at which webhooks reach this server; stored without a trailing slash."""
     state_dir: Path | None = None
     store: str = "sqlite"
+    """``sqlite`` (the embedded database in the state directory), or a ``postgresql://`` URL for a
+    database shared by replicas; ``$HITL_DATABASE_URL``, when set, overrides it (store/select.py)."""
+    store_pool: Annotated[int, Field(ge=1, le=500)] = 10
+    """At most this many connections to PostgreSQL in each process's pool (besides its LISTEN
+    connection and one per lease)."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     agent: Annotated[str, Field(min_length=1, max_length=100)] | None = None
     """An identity for the agent this server serves. A request belongs to the client that asked:
@@ -166,10 +171,21 @@ class ServerConfig(_Section):
     @field_validator("store", mode="before")
     @classmethod
     def _check_store(cls, value: Any) -> Any:
-        if isinstance(value, str) and value != "sqlite":
+        if not isinstance(value, str) or value == "sqlite":
+            return value
+        try:
+            parts = urlsplit(value.strip())
+            ok = parts.scheme in ("postgresql", "postgres") and bool(parts.netloc or parts.path)
+            parts.port  # noqa: B018 (raises on a bad port)
+        except ValueError:
+            ok = False
+        if not ok:
             # no "got": a store URL may carry a password
-            raise PydanticCustomError("store_unsupported", "only 'sqlite' is supported for now")
-        return value
+            raise PydanticCustomError(
+                "store_unsupported",
+                "expected 'sqlite' or a PostgreSQL URL such as postgresql://user:password@host:5432/hitl",
+            )
+        return value.strip()
 
     @field_validator("request_state_key", mode="before")
     @classmethod
