@@ -12,10 +12,11 @@ HAProxy running ``deploy/haproxy.cfg`` in front. Measured, side by side in one r
     ``wait_for_response`` on one of them while its reply is POSTed to replica B (directly, not through
     the balancer); from just before the POST to the result at the client. Goal: p99 <= 50 ms.
 
-PostgreSQL: ``--postgres URL`` (or ``$HITL_BENCH_POSTGRES_URL``): a database this run may fill; each
-set-up gets a fresh one made from it. Without one, or without the PostgreSQL engine installed, those
-rows say why they were skipped. The machine's load average is printed: other work on the same cores
-moves these numbers.
+PostgreSQL: ``--postgres URL`` (or ``$HITL_BENCH_POSTGRES_URL``), an admin URL: each set-up gets a
+fresh database made from it. Without one, a throwaway cluster is started as the tests start theirs
+(``initdb``/``pg_ctl``, tests/support/postgres.py); without PostgreSQL installed, or without the
+engine's driver (asyncpg), those rows say why they were skipped. The machine's load average is
+printed: other work on the same cores moves these numbers.
 
     .venv/bin/python bench/replicas.py [--requests 400] [--workers 16] [--pending 1000] [--samples 50]
 
@@ -35,10 +36,11 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import anyio.abc
@@ -284,15 +286,32 @@ async def one_reply(client: Client, http_b: httpx2.AsyncClient, request_id: str)
 # --- the run ----------------------------------------------------------------------------------------
 
 
-def postgres_available(url: str | None) -> str | None:
-    """Why the PostgreSQL rows are skipped, or None."""
-    if not url:
-        return "no database: pass --postgres URL or set $HITL_BENCH_POSTGRES_URL"
+@contextlib.contextmanager
+def postgres(url: str | None) -> Iterator[tuple[str | None, str | None]]:
+    """An admin URL (``url``, else a throwaway cluster's), or None and why there is none."""
     try:
-        import hitl_mcp.store.postgres  # noqa: F401
-    except ImportError as exc:
-        return f"the PostgreSQL engine is not installed ({exc})"
-    return None
+        import asyncpg  # noqa: F401  (the engine's driver)
+    except ImportError:
+        yield None, "asyncpg is not installed: pip install 'mcp-hitl[postgres]'"
+        return
+    if url:
+        yield url, None
+        return
+    sys.path.insert(0, str(ROOT))
+    from tests.support.postgres import _run, _start_cluster, pg_bin
+
+    if pg_bin("initdb") is None:
+        yield None, "PostgreSQL is not installed (apt-get install postgresql), and no --postgres URL"
+        return
+    root = Path(tempfile.mkdtemp(prefix="hitl-bench-pg-"))
+    try:
+        admin, data, as_nobody = _start_cluster(root)
+        try:
+            yield admin, None
+        finally:
+            _run([str(pg_bin("pg_ctl")), "-D", str(data), "-m", "immediate", "stop"], as_nobody)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 async def fresh_database(url: str, name: str) -> str:
@@ -304,8 +323,28 @@ async def fresh_database(url: str, name: str) -> str:
         await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
         await conn.close()
-    base, _, _ = url.rpartition("/")
-    return f"{base}/{name}"
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+async def run_all(
+    args: argparse.Namespace, admin: str | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    plans: list[tuple[str, int, bool]] = [("sqlite x1", 1, False), ("sqlite x2 (one file)", 2, False)]
+    if admin is not None:
+        plans += [("postgres x1", 1, True), ("postgres x2", 2, True)]
+    rates: list[dict[str, Any]] = []
+    waits: list[dict[str, Any]] = []
+    for name, count, pg in plans:
+        with tempfile.TemporaryDirectory(prefix="hitl-bench-") as tmp:
+            database = await fresh_database(admin, f"hitl_bench_{count}") if pg and admin else None
+            async with setup(name, Path(tmp), count, database) as s:
+                log(f"{name}: throughput")
+                rates.append(await throughput(s, args.requests, args.workers))
+                if count > 1:
+                    log(f"{name}: cross-replica latency")
+                    waits.append(await latency(s, args.pending, args.samples))
+    return rates, waits
 
 
 async def main() -> None:
@@ -316,21 +355,8 @@ async def main() -> None:
     parser.add_argument("--samples", type=int, default=50)
     parser.add_argument("--postgres", default=os.environ.get("HITL_BENCH_POSTGRES_URL"))
     args = parser.parse_args()
-    skipped = postgres_available(args.postgres)
-    plans: list[tuple[str, int, bool]] = [("sqlite x1", 1, False), ("sqlite x2 (one file)", 2, False)]
-    if skipped is None:
-        plans += [("postgres x1", 1, True), ("postgres x2", 2, True)]
-    rates: list[dict[str, Any]] = []
-    waits: list[dict[str, Any]] = []
-    for name, count, pg in plans:
-        with tempfile.TemporaryDirectory(prefix="hitl-bench-") as tmp:
-            database = await fresh_database(args.postgres, f"hitl_bench_{count}") if pg else None
-            async with setup(name, Path(tmp), count, database) as s:
-                log(f"{name}: throughput")
-                rates.append(await throughput(s, args.requests, args.workers))
-                if count > 1:
-                    log(f"{name}: cross-replica latency")
-                    waits.append(await latency(s, args.pending, args.samples))
+    with postgres(args.postgres) as (admin, skipped):
+        rates, waits = await run_all(args, admin)
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores ({platform.machine()})")
     print(f"{'set-up':<24} {'requests':>8} {'seconds':>8} {'req/s':>8}")
     for r in rates:

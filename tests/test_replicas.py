@@ -90,13 +90,11 @@ async def audit_verifies(rs: ReplicaSet) -> None:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def database(request: pytest.FixtureRequest) -> str | None:
-    """The replicas' store: one SQLite file they share (None), or a fresh PostgreSQL database."""
+    """The replicas' store: one SQLite file they share (None), or a fresh PostgreSQL database in the
+    test cluster (tests/support/postgres.py), with a state directory per replica."""
     if request.param == "sqlite":
         return None
-    try:
-        return str(request.getfixturevalue("postgres_url"))
-    except pytest.FixtureLookupError:
-        pytest.skip("no PostgreSQL engine (tests/support/postgres.py) on this branch")
+    return str(request.getfixturevalue("postgres_url"))
 
 
 async def test_an_ask_through_the_balancer_is_answered_on_the_other_replica(
