@@ -27,7 +27,7 @@ import hashlib
 import itertools
 import json
 import logging
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -484,8 +484,14 @@ class PostgresStore:
     # --- requests --------------------------------------------------------------------------
 
     async def create(
-        self, request: Request, dedupe_key: str | None, steps: Sequence[PlannedStep] = ()
+        self,
+        request: Request,
+        dedupe_key: str | None,
+        steps: Sequence[PlannedStep] = (),
+        held_until: Mapping[str, float] | None = None,
     ) -> tuple[Request, bool]:
+        held = held_until or {}
+
         async def existing(conn: Conn) -> Any:
             found = None
             if request.idempotency_key is not None:
@@ -533,10 +539,14 @@ class PostgresStore:
             # a notification's sends are held for the caller (see SqliteStore.create)
             first = "held" if request.kind == Kind.NOTIFICATION else "queued"
             at = request.created_at
+            # a notification held for a digest is queued until its window closes (``digests``)
             await conn.executemany(
                 "INSERT INTO deliveries (request_id, channel, action, status, created_at, updated_at,"
-                " next_attempt_at) VALUES ($1, $2, 'deliver', $3, $4, $4, $4)",
-                [(request.id, channel, first, at) for channel in request.channels],
+                " next_attempt_at) VALUES ($1, $2, 'deliver', $3, $4, $4, $5)",
+                [
+                    (request.id, ch, "queued" if ch in held else first, at, held.get(ch, at))
+                    for ch in request.channels
+                ],
             )
             await self._append(
                 tx,
