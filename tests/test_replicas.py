@@ -28,6 +28,7 @@ from mcp import types as mcp_types
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from hitl_mcp.anchor import ANCHOR_FILE
 from hitl_mcp.config import parse_config
 from hitl_mcp.host_forms import FORM_KEY
 from tests.conftest import ROOT, cli, sc
@@ -84,7 +85,14 @@ async def answered(result: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str,
 
 
 async def audit_verifies(rs: ReplicaSet) -> None:
-    code, out, err = await cli(rs.state_dir, "audit", "verify", **rs.env)
+    """``hitl-mcp audit verify`` passes. Replicas with state directories of their own (PostgreSQL)
+    each anchor the chain in their own ``audit.anchor``: it is checked against all of them."""
+    anchors = [rs.state_dir / ANCHOR_FILE]
+    if rs.env:
+        anchors = [rs.state_dir.parent / name / ANCHOR_FILE for name in ("a", "b")]
+    every = rs.state_dir.parent / "all.anchor"
+    every.write_text("".join(path.read_text() for path in anchors if path.exists()))
+    code, out, err = await cli(rs.state_dir, "audit", "verify", "--anchor", str(every), **rs.env)
     assert code == 0, (out, err)
 
 
