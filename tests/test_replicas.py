@@ -2,20 +2,25 @@
 ``haproxy -f deploy/haproxy.cfg`` in front (tests/support/replicas.py), the SDK's own MCP client
 through the balancer, and the providers' stand-ins.
 
-- an ask through the balancer is answered through the other replica's API;
+- an ask through the balancer is answered through the other replica's API; a 2026-07-28 client is
+  balanced request by request;
+- the host's form (2026-07-28) comes from one replica and its answer is taken by the other: the same
+  ``$HITL_REQUEST_STATE_KEY`` opens the sealed state (on PostgreSQL, with state directories apart);
 - a replica killed (SIGKILL) while a call waits on it: the agent re-attaches through the balancer
   and gets the answer given meanwhile; /healthz through the balancer stays 200 and the dead replica
   is drained;
 - a signed webhook landing on either replica resolves the request waiting on the other;
 - the Telegram poller's lease moves when its replica dies, and a tap then answers;
 - nothing is lost or sent twice (deliveries counted at the stand-ins), and the audit log verifies.
+
+Each runs on both stores: replicas sharing one SQLite file, and replicas on one PostgreSQL database.
+The compose file, which cannot run here, is checked against the tested HAProxy config.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,12 +81,6 @@ async def the_pending(rs: ReplicaSet, replica: Replica) -> str:
         listed = (await api.get("/api/requests", params={"status": "pending"})).json()
     (request,) = listed["requests"]
     return str(request["id"])
-
-
-async def answered(result: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
-    out = await result()
-    assert out["status"] == "answered", out
-    return out
 
 
 async def audit_verifies(rs: ReplicaSet) -> None:
@@ -236,11 +235,12 @@ async def test_the_poller_lease_moves_when_its_replica_dies(
                 assert first["status"] == "pending"
                 message = await stand.sent()
                 polls = len(stand.called("getUpdates"))
+                assert not took(heir)  # still one poller, the request delivered meanwhile
                 holder.kill()
                 await holder.process.process.wait()
                 # the heir polls Telegram within seconds: seen at the stand-in, not slept on
                 await stand.until(lambda: len(stand.called("getUpdates")) > polls, seconds=10)
-                assert took(heir)
+                await heir.process.wait_for_line("took the lease poller:phone")
                 stand.press(message, "Approve", SAM)
                 async with rs.agent() as client:
                     reattach = {"request_id": first["request_id"], "wait_seconds": 20}
