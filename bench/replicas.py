@@ -1,7 +1,8 @@
 """Replicas: create+resolve throughput with 1 and 2 replicas, and cross-replica reply latency.
 
-Each set-up is real processes: ``hitl-mcp serve --transport http`` replicas, and for two of them
-HAProxy running ``deploy/haproxy.cfg`` in front. Measured, side by side in one run:
+Each set-up is real processes: ``hitl-mcp serve --transport http`` replicas with HAProxy running
+``deploy/haproxy.cfg`` in front (of one replica too, so that rows differ only in the number of
+replicas). Measured, side by side in one run:
 
 (a) throughput: ``--workers`` clients, each a 2026-07-28 MCP client (no session: the balancer spreads
     its requests over the replicas), loop ``ask_user`` (``wait_seconds: 0``, returns ``pending``) then
@@ -68,6 +69,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (``/proc/<pid>/stat``)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
@@ -80,11 +88,12 @@ def pct(values: list[float], p: float) -> float:
 class Setup:
     name: str
     replicas: list[str]  # base URLs
-    url: str  # where clients go: the balancer, or the one replica
+    url: str  # where clients go: the balancer
+    pids: list[int]  # the replicas' processes
 
 
 @contextlib.asynccontextmanager
-async def process(command: list[str], env: dict[str, str], ready: str | None) -> AsyncIterator[None]:
+async def process(command: list[str], env: dict[str, str], ready: str | None) -> AsyncIterator[int]:
     proc = await anyio.open_process(command, env=env, stdin=-1, stdout=-1, stderr=-1, cwd=str(ROOT))
     seen: list[str] = []
     up = anyio.Event()
@@ -105,7 +114,7 @@ async def process(command: list[str], env: dict[str, str], ready: str | None) ->
                     await up.wait()
                 if proc.returncode is not None:
                     raise RuntimeError(f"{command[0]} did not start:\n" + "\n".join(seen[-20:]))
-            yield
+            yield int(proc.pid)
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
@@ -114,16 +123,16 @@ async def process(command: list[str], env: dict[str, str], ready: str | None) ->
 
 @contextlib.asynccontextmanager
 async def setup(name: str, workdir: Path, count: int, database: str | None) -> AsyncIterator[Setup]:
-    """``count`` replicas (on ``database``, else sharing one SQLite state directory), behind HAProxy
-    when there are two or more."""
+    """``count`` replicas (on ``database``, else sharing one SQLite state directory), behind HAProxy."""
     lb_port = free_port()
     ports = [free_port() for _ in range(count)]
+    pids: list[int] = []
     async with contextlib.AsyncExitStack() as stack:
         for i, port in enumerate(ports):
             state = workdir / (f"state-{i}" if database else "state")
             state.mkdir(exist_ok=True)
             config = workdir / f"replica-{i}.yaml"
-            public = f"  public_url: http://127.0.0.1:{lb_port}\n" if count > 1 else ""
+            public = f"  public_url: http://127.0.0.1:{lb_port}\n"
             config.write_text(
                 f"server:\n  http: {{host: 127.0.0.1, port: {port}}}\n{public}"
                 "defaults:\n  heartbeat_seconds: 300\n"
@@ -148,19 +157,19 @@ async def setup(name: str, workdir: Path, count: int, database: str | None) -> A
                 "--config",
                 str(config),
             ]
-            await stack.enter_async_context(process(command, env, READY))
+            pids.append(await stack.enter_async_context(process(command, env, READY)))
         replicas = [f"http://127.0.0.1:{p}" for p in ports]
-        url = replicas[0]
-        if count > 1:
-            env = {k: v for k, v in os.environ.items() if not k.startswith("HITL_")}
-            env["HITL_LB_PORT"] = str(lb_port)
-            for letter, port in zip("AB", ports, strict=False):
-                env[f"HITL_REPLICA_{letter}"] = f"127.0.0.1:{port}"
-            cfg = str(ROOT / "deploy" / "haproxy.cfg")
-            await stack.enter_async_context(process([HAPROXY, "-db", "-f", cfg], env, None))
-            url = f"http://127.0.0.1:{lb_port}"
-            await until_healthy(url)
-        yield Setup(name, replicas, url)
+        # the balancer in front of one replica too (named twice), so that the rows differ only in
+        # the number of replicas
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HITL_")}
+        env["HITL_LB_PORT"] = str(lb_port)
+        for letter, port in zip("AB", [ports[0], ports[-1]], strict=True):
+            env[f"HITL_REPLICA_{letter}"] = f"127.0.0.1:{port}"
+        cfg = str(ROOT / "deploy" / "haproxy.cfg")
+        await stack.enter_async_context(process([HAPROXY, "-db", "-f", cfg], env, None))
+        url = f"http://127.0.0.1:{lb_port}"
+        await until_healthy(url)
+        yield Setup(name, replicas, url, pids)
 
 
 async def until_healthy(url: str) -> None:
@@ -222,13 +231,16 @@ async def throughput(s: Setup, requests: int, workers: int) -> dict[str, Any]:
             tg.start_soon(worker, n)
         await anyio.sleep(2)  # the workers' first rounds
         started = time.perf_counter()
+        cpu = sum(cpu_seconds(pid) for pid in s.pids)
         ready.set()
     elapsed = time.perf_counter() - started
+    cpu = sum(cpu_seconds(pid) for pid in s.pids) - cpu
     return {
         "setup": s.name,
         "requests": done,
         "seconds": round(elapsed, 2),
         "per_second": round(done / elapsed, 1),
+        "replica_cpu_ms_per_request": round(cpu / done * 1000, 2),
     }
 
 
@@ -358,9 +370,10 @@ async def main() -> None:
     with postgres(args.postgres) as (admin, skipped):
         rates, waits = await run_all(args, admin)
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores ({platform.machine()})")
-    print(f"{'set-up':<24} {'requests':>8} {'seconds':>8} {'req/s':>8}")
+    print(f"{'set-up':<24} {'requests':>8} {'seconds':>8} {'req/s':>8} {'replica CPU ms/req':>19}")
     for r in rates:
-        print(f"{r['setup']:<24} {r['requests']:>8} {r['seconds']:>8} {r['per_second']:>8}")
+        cpu = r["replica_cpu_ms_per_request"]
+        print(f"{r['setup']:<24} {r['requests']:>8} {r['seconds']:>8} {r['per_second']:>8} {cpu:>19}")
     print(f"{'set-up':<24} {'pending':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for w in waits:
         print(f"{w['setup']:<24} {w['pending']:>8} {w['p50_ms']:>8} {w['p99_ms']:>8} {w['max_ms']:>8}")
