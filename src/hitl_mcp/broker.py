@@ -12,6 +12,7 @@ import hashlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -188,7 +189,11 @@ class Broker(BrokerViews):
 
     async def ask(self, spec: AskSpec) -> tuple[Request, bool]:
         """Store the request, queue its deliveries and schedule its escalation steps, or re-attach to
-        the one it repeats."""
+        the one it repeats. An approval with a quorum is sent to its people (``of``) when the call
+        names none (``to``)."""
+        quorum = self.policy.quorum(spec.kind, spec.risk, spec.approvals, spec.to)
+        if quorum is not None and not spec.to:
+            spec = replace(spec, to=list(quorum.of))
         channels, ladder = self.route(spec)
         created_at = now()
         timeout = spec.timeout_seconds or self.defaults.timeouts.get(spec.kind)
@@ -212,6 +217,8 @@ class Broker(BrokerViews):
             level=spec.level,
             default_answer=spec.default_answer,
             channels=channels,
+            to=self._asked(spec),
+            approvals=quorum,
             idempotency_key=spec.idempotency_key,
             session_key=spec.session_key,
             client_name=spec.client_name,
@@ -230,6 +237,13 @@ class Broker(BrokerViews):
             self.outbox.kick()
             self._expiry_wake.set()
         return stored, created
+
+    def _asked(self, spec: AskSpec) -> list[str] | None:
+        """The people a request asks: the call's ``to``, else (a call naming no channels either) the
+        defaults' people."""
+        if spec.to or spec.channels:
+            return list(spec.to) if spec.to else None
+        return self.policy.choose(spec.kind, spec.risk)[1] or None
 
     @staticmethod
     def _dedupe_key(request: Request) -> str | None:
@@ -315,8 +329,10 @@ class Broker(BrokerViews):
         not fit the request (``ReplyInvalid``) or an unknown id (``NotFound``)."""
         request = await self.get_or_raise(request_id)
         outcome = check_reply(request, reply) if request.status == Status.PENDING else {}
-        # credited to the person whose identity this is; the channel identity stays the actor
-        reply = reply.model_copy(update={"person": self.policy.person_of(reply.channel, reply.responder)})
+        # credited to the person whose identity this is; the channel identity stays the actor. The
+        # payload hash is the one shown: a quorum counts a vote only for the payload it holds
+        person = self.policy.person_of(reply.channel, reply.responder)
+        reply = reply.model_copy(update={"person": person, "payload_sha256": request.payload_sha256})
         settled = await self.store.resolve(
             request_id, reply, outcome, expiry_outcome(request), silent_channels(self.channels)
         )
@@ -324,8 +340,10 @@ class Broker(BrokerViews):
             raise NotFound(f"no request with id {request_id!r}")
         if settled.won or settled.request.status != request.status:
             self._settled(settled.request)
-        reason = "" if settled.won else already(settled.request)
-        return Settled(settled.won, settled.request, reason)
+        elif settled.counted:
+            self._publish(request_id, "voted")
+        reason = settled.reason or ("" if settled.won else already(settled.request))
+        return Settled(settled.won, settled.request, reason, settled.counted)
 
     async def cancel(self, request_id: str, reason: str | None, actor: str) -> Request:
         request = await self.get_or_raise(request_id)

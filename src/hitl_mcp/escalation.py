@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from hitl_mcp.config.escalation import LadderConfig, StepConfig
 from hitl_mcp.errors import UnknownChannel
 from hitl_mcp.models import Kind
+from hitl_mcp.quorum import Quorum
 from hitl_mcp.store.base import PlannedStep
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ class Choice:
 
     escalation: str | None = None
     to: Sequence[str] | None = None
+    approvals: Quorum | None = None
 
 
 @dataclass
@@ -81,6 +83,34 @@ class Policy:
         to = by_risk.to if by_risk.to is not None else tool.to
         return (None if name == "none" else self.ladders.get(name)), list(to or [])
 
+    def quorum(
+        self, kind: Kind, risk: str | None, given: Quorum | None, to: Sequence[str] | None
+    ) -> Quorum | None:
+        """The quorum an approval needs (the call's, else its risk's, else the tool's default), with
+        ``of`` filled in: the call's or the defaults' people asked when it names none. Raises
+        ``UnknownChannel`` for unknown people or more approvals required than people to give them."""
+        if kind != Kind.APPROVAL:
+            return None
+        tool = self.choices.get(kind, Choice())
+        by_risk = self.choices.get((kind, risk or "medium"), Choice())
+        quorum = given or by_risk.approvals or tool.approvals
+        if quorum is None:
+            return None
+        of = list(dict.fromkeys(quorum.of or to or self.choose(kind, risk)[1]))
+        if not of:
+            raise UnknownChannel("approvals: name the people who approve in `of`, or ask people with `to`")
+        unknown = [p for p in of if p not in self.people]
+        if unknown:
+            known = ", ".join(self.people) or "(none configured)"
+            names = ", ".join(map(repr, unknown))
+            raise UnknownChannel(f"approvals: unknown person {names}; people: {known}")
+        if quorum.required > len(of):
+            raise UnknownChannel(
+                f"approvals: {quorum.required} required, but only {len(of)} "
+                f"{'person' if len(of) == 1 else 'people'} may approve ({', '.join(of)})"
+            )
+        return quorum.model_copy(update={"of": of})
+
     def route(
         self,
         kind: Kind,
@@ -126,11 +156,13 @@ def policy_from_config(config: Config) -> Policy:
     d = config.defaults
     choices: dict[Kind | tuple[Kind, str], Choice] = {
         Kind.QUESTION: Choice(d.ask_user.escalation, d.ask_user.to),
-        Kind.APPROVAL: Choice(d.request_approval.escalation, d.request_approval.to),
+        Kind.APPROVAL: Choice(
+            d.request_approval.escalation, d.request_approval.to, d.request_approval.approvals
+        ),
         Kind.NOTIFICATION: Choice("none", d.notify_user.to),
     }
     for risk, choice in d.request_approval.risk.items():
-        choices[(Kind.APPROVAL, risk)] = Choice(choice.escalation, choice.to)
+        choices[(Kind.APPROVAL, risk)] = Choice(choice.escalation, choice.to, choice.approvals)
     return Policy(
         people=config.people,
         ladders=config.escalation,

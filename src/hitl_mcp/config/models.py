@@ -33,6 +33,7 @@ from hitl_mcp.config import escalation as ladders
 from hitl_mcp.config.errors import KeyPath, _key_text, _show
 from hitl_mcp.config.escalation import LadderConfig, Person
 from hitl_mcp.durations import DAY, HOUR, bounded
+from hitl_mcp.quorum import Quorum
 
 
 class _Section(BaseModel):
@@ -194,10 +195,14 @@ class RiskChoice(_Section):
 
     escalation: str | None = None
     to: list[str] | None = None
+    approvals: Quorum | None = None
+    """How many of which people must approve (quorum.md)."""
 
 
 class ApprovalDefaults(ToolDefaults):
     timeout: Annotated[float, bounded(1, 30 * DAY)] = HOUR
+    approvals: Quorum | None = None
+    """How many of which people must approve, unless the risk or the call says otherwise."""
     risk: dict[Literal["low", "medium", "high"], RiskChoice] = Field(default_factory=dict)
 
 
@@ -331,14 +336,19 @@ def _cross_check(config: Config, hidden: Collection[KeyPath] = ()) -> list[tuple
                 problems.append((path, f"unknown channel {shown}; {known}"))
     d = config.defaults
     choices: list[tuple[KeyPath, ladders.Choice]] = [
-        (("defaults", tool), ladders.Choice(escalation=getattr(d, tool).escalation, to=getattr(d, tool).to))
-        for tool in ("ask_user", "request_approval")
+        (("defaults", "ask_user"), ladders.Choice(escalation=d.ask_user.escalation, to=d.ask_user.to)),
+        (
+            ("defaults", "request_approval"),
+            ladders.Choice(
+                escalation=d.request_approval.escalation,
+                to=d.request_approval.to,
+                approvals=d.request_approval.approvals,
+            ),
+        ),
     ]
     choices.append((("defaults", "notify_user"), ladders.Choice(to=d.notify_user.to)))
     for risk, choice in d.request_approval.risk.items():
-        choices.append(
-            (("defaults", "request_approval", "risk", risk), ladders.Choice(**choice.model_dump()))
-        )
+        choices.append((("defaults", "request_approval", "risk", risk), ladders.Choice(**dict(choice))))
     types = {name: block.type for name, block in config.channels.items()}
     problems.extend(ladders.check(config.people, config.escalation, types, choices))
     return problems

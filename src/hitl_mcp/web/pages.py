@@ -142,7 +142,7 @@ async def answer(http: HttpRequest) -> Response:
         page = await request_context(broker, request, message, form)
         raise Problem(422, message, template="request.html", context=page, page="request") from None
     settled = verdict.request
-    if not verdict.won:
+    if not verdict.won and not verdict.counted:
         line = already_line(settled)
         raise too_late(settled, line, template="already.html", context={"request": settled, "line": line})
     if wants_json(http):
