@@ -239,7 +239,10 @@ async def test_concurrent_votes_from_two_connections_settle_exactly_once(tmp_pat
             results: list[Settled | None] = []
 
             async def vote(
-                person: str, request: Request = request, barrier: threading.Barrier = barrier
+                person: str,
+                request: Request = request,
+                barrier: threading.Barrier = barrier,
+                results: list[Settled | None] = results,
             ) -> None:
                 own = SqliteStore(db)
                 await own.open()

@@ -65,6 +65,8 @@ async def request_detail(source: Any, request: Request) -> dict[str, Any]:
         {
             "channel": r.channel,
             "responder": r.responder,
+            "person": r.person,
+            "on_behalf_of": r.on_behalf_of,
             "text": r.text,
             "choice": r.choice,
             "decision": r.decision,
