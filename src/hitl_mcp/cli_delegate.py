@@ -64,7 +64,7 @@ def cmd_delegate(args: argparse.Namespace) -> int:
                 return 0
             new = _new(args, config.people, at, actor)
             kept = [d for d in runtime if d.from_ != new.from_]
-            problem = delegation.chain_problem([*config.delegations, *kept, new])
+            problem = delegation.chain_problem([new, *config.delegations, *kept])  # named from the new one
             if problem:
                 raise CliError(f"refused: {problem}")
             await delegation.store(broker.store, [*kept, new])

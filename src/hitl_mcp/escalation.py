@@ -67,8 +67,9 @@ class Policy:
         if request.approvals is not None:
             if person in request.approvals.of:
                 return None
-            taken = {v.seat for v in request.votes}
-            return stands_for(person, [p for p in request.approvals.of if p not in taken], self.delegates)
+            of, taken = request.approvals.of, {v.seat for v in request.votes}
+            free = stands_for(person, [p for p in of if p not in taken], self.delegates)
+            return free or stands_for(person, of, self.delegates)  # a taken seat: "already voted"
         if request.to and person not in request.to:
             return stands_for(person, request.to, self.delegates)
         return None
