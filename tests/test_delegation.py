@@ -26,8 +26,9 @@ from hitl_mcp.escalation import Policy
 from hitl_mcp.models import Kind, Status, iso, now
 from hitl_mcp.quorum import Quorum
 from hitl_mcp.results import to_outcome
-from tests.conftest import cli
+from tests.conftest import cli, make_config, running
 from tests.support.harness import channel_broker
+from tests.test_inbox_pages import browser_like
 
 pytestmark = pytest.mark.anyio
 
@@ -253,3 +254,21 @@ async def test_the_cli_sets_lists_and_ends_for_every_process(tmp_path: Path, sta
         ("delegation_ended", {"from": "owner", "to": "backup"}),
     ]
     assert all(actor and actor.endswith("(cli)") for _, actor, _ in rows)
+
+
+async def test_the_inbox_lists_the_delegations_active_now(state_dir: Path) -> None:
+    people = """
+people:
+  owner: {web: o}
+  backup: {web: b}
+  lead: {web: l}
+delegations:
+  - {from: owner, to: backup, until: 2099-01-01}
+  - {from: lead, to: backup, from_time: 2098-01-01, until: 2099-01-01}
+"""
+    async with running(state_dir, make_config(people)) as rt, browser_like(rt) as web:
+        broker = await rt.broker()
+        await delegation.store(broker.store, [away("backup", "lead", end=now() + 60)])
+        page = (await web.get("/")).text
+        assert "owner → backup" in page and "backup → lead" in page
+        assert "lead → backup" not in page  # not started yet

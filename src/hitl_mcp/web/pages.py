@@ -75,6 +75,7 @@ async def inbox(http: HttpRequest) -> Response:
         more=await broker.count_requests(Status.PENDING, pending[-1].id) if more else 0,
         paged=before is not None,
         notifications=await notification_feed(broker),
+        delegations=await broker.delegations_now(),
         answered=await broker.get(answered_id[:64]) if answered_id else None,
         **await page_context(http, "inbox"),
     )
