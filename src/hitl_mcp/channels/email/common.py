@@ -15,7 +15,7 @@ from pathlib import Path
 from hitl_mcp.channels.email.config import _address
 from hitl_mcp.models import Kind, Request, Status
 from hitl_mcp.signing import SecretFile
-from hitl_mcp.wording import answered_what, verdict
+from hitl_mcp.wording import verdict
 
 # ---------------------------------------------------------------------------------------- helpers
 
@@ -101,7 +101,7 @@ def _looks_ours(headers: bytes) -> bool:
 
 def _outcome_words(request: Request) -> str:
     if request.is_open and request.progress:  # a quorum's vote, counted
-        return answered_what(request)
+        return f"your vote ({request.progress})"
     if request.kind == Kind.APPROVAL:
         return verdict(request.approved)
     return f"answered: {request.answer}"
