@@ -9,6 +9,7 @@ channels on which every person has an identity.
 from __future__ import annotations
 
 import secrets
+import textwrap
 import threading
 from functools import partial
 from pathlib import Path
@@ -20,7 +21,8 @@ import pytest
 from hitl_mcp.broker import AskSpec, Broker, BrokerError
 from hitl_mcp.channels.base import Answered, Counted, Late
 from hitl_mcp.channels.testing import TestChannel
-from hitl_mcp.escalation import Policy
+from hitl_mcp.config import ConfigError, parse_config
+from hitl_mcp.escalation import Policy, policy_from_config
 from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now, payload_sha256
 from hitl_mcp.outcomes import check_reply, expiry_outcome
 from hitl_mcp.quorum import Quorum
@@ -286,3 +288,69 @@ async def test_a_vote_for_another_payload_does_not_count(tmp_path: Path) -> None
         assert settled is not None and not settled.won and not settled.counted
         assert settled.reason == "the vote was given for a different payload"
         assert (await broker.get_or_raise(request.id)).votes == []
+
+
+CONFIG = """
+channels:
+  web: {type: web}
+people:
+  lead: {web: l}
+  security: {web: s}
+  owner: {web: o}
+defaults:
+  request_approval:
+    to: [lead, owner]
+    risk:
+      high: {approvals: {required: 2, of: [lead, security, owner], veto: none}}
+      medium: {approvals: {required: 2}}
+"""
+
+
+async def test_a_config_policy_per_risk(tmp_path: Path) -> None:
+    config = parse_config(textwrap.dedent(CONFIG), source="hitl.yaml", env={})
+    async with channel_broker(tmp_path, push) as broker:
+        broker.policy = policy_from_config(config)
+        broker.policy = Policy(**{**broker.policy.__dict__, "types": {"push": "web"}})
+        high, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Drop prod", risk="high"))
+        assert high.approvals == Quorum(required=2, of=["lead", "security", "owner"], veto="none")
+        medium, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Restart", risk="medium"))
+        assert medium.approvals == Quorum(required=2, of=["lead", "owner"])  # `of`: the defaults' `to`
+        low, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Read logs", risk="low"))
+        assert low.approvals is None
+        # the call's own quorum comes first
+        one = Quorum(required=1, of=["security"])
+        called, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Rotate", risk="high", approvals=one))
+        assert called.approvals == one
+
+
+@pytest.mark.parametrize(
+    "block, message",
+    [
+        (
+            "high: {approvals: {required: 3, of: [lead, owner]}}",
+            "hitl.yaml:10: defaults.request_approval.risk.high.approvals.required: "
+            "3 approvals required, but only 2 people may give them",
+        ),
+        (
+            "high: {approvals: {required: 1, of: [lead, mallory]}}",
+            "hitl.yaml:10: defaults.request_approval.risk.high.approvals.of[1]: unknown person 'mallory'",
+        ),
+        ("high: {approvals: {required: 0, of: [lead]}}", "approvals.required: must be at least 1, got 0"),
+        ("high: {approvals: {required: 1, of: [lead], veto: some}}", "'any' or 'none'"),
+    ],
+)
+def test_config_quorum_mistakes_are_named(block: str, message: str) -> None:
+    text = textwrap.dedent(f"""
+        channels:
+          web: {{type: web}}
+        people:
+          lead: {{web: l}}
+          owner: {{web: o}}
+        defaults:
+          request_approval:
+            risk:
+              {block}
+        """)
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, source="hitl.yaml", env={})
+    assert message in str(info.value)
