@@ -9,6 +9,7 @@ channels on which every person has an identity.
 from __future__ import annotations
 
 import secrets
+import sqlite3
 import textwrap
 import threading
 from functools import partial
@@ -18,6 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
+from hitl_mcp.audit import check_requests
 from hitl_mcp.broker import AskSpec, Broker, BrokerError
 from hitl_mcp.channels.base import Answered, Counted, Late
 from hitl_mcp.channels.testing import TestChannel
@@ -354,3 +356,27 @@ def test_config_quorum_mistakes_are_named(block: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(text, source="hitl.yaml", env={})
     assert message in str(info.value)
+
+
+async def test_audit_verify_ties_the_votes_to_the_chain(tmp_path: Path) -> None:
+    async with channel_broker(tmp_path, push, mail) as broker:
+        phone, _ = use_people(broker)
+        request = await approval(broker)
+        await phone.reply(request.id, "LEAD", decision="approve")
+        await phone.reply(request.id, "OWNER", decision="approve")
+        rows = await broker.history.audit()
+        assert check_requests(await broker.history.all_requests(), rows) == []
+    # the votes rewritten behind the log's back: lead's approval made a denial
+    db = sqlite3.connect(tmp_path / "hitl.sqlite3")
+    db.execute(
+        "UPDATE requests SET votes = replace(votes, '\"approve\"', '\"deny\"') WHERE id = ?", (request.id,)
+    )
+    db.commit()
+    db.close()
+    store = SqliteStore(tmp_path / "hitl.sqlite3")
+    await store.open()
+    try:
+        problems = check_requests(await store.all_requests(), await store.audit())
+    finally:
+        await store.close()
+    assert len(problems) == 1 and "its votes differ from row" in problems[0]
