@@ -28,7 +28,7 @@ from hitl_mcp.quorum import Quorum
 from hitl_mcp.results import to_outcome
 from tests.conftest import cli, make_config, running
 from tests.support.harness import channel_broker
-from tests.test_inbox_pages import browser_like
+from tests.test_inbox_pages import browser_like, csrf, form
 
 pytestmark = pytest.mark.anyio
 
@@ -268,7 +268,21 @@ delegations:
 """
     async with running(state_dir, make_config(people)) as rt, browser_like(rt) as web:
         broker = await rt.broker()
-        await delegation.store(broker.store, [away("backup", "lead", end=now() + 60)])
+        by_cli = away("backup", "lead", end=now() + 60).model_copy(update={"set_by": "ana (cli)"})
+        await delegation.store(broker.store, [by_cli])
         page = (await web.get("/")).text
         assert "owner → backup" in page and "backup → lead" in page
         assert "lead → backup" not in page  # not started yet
+        # the run-time one can be ended from the inbox (with the form's CSRF token); the config's cannot
+        assert 'action="/delegations/backup/end"' in page and 'action="/delegations/owner/end"' not in page
+        forged = await web.post("/delegations/backup/end", data=form(None))
+        assert forged.status_code in (400, 403) and len(await delegation.stored(broker.store)) == 1
+        ended = await web.post("/delegations/backup/end", data=form(csrf(rt, web)))
+        assert ended.status_code == 303 and await delegation.stored(broker.store) == []
+        rows = [
+            (r.event, r.actor, r.data) for r in await broker.history.audit() if r.event == "delegation_ended"
+        ]
+        assert rows == [("delegation_ended", "web inbox user", {"from": "backup", "to": "lead"})]
+        again = await web.post("/delegations/owner/end", data=form(csrf(rt, web)))
+        assert again.status_code == 404
+        assert "backup → lead" not in (await web.get("/")).text

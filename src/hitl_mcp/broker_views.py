@@ -95,6 +95,10 @@ class BrokerViews:
         every = [*self.policy.delegations, *await delegation.stored(self.store)]
         return [d for d in every if d.is_active(at)]
 
+    async def end_delegation(self, person: str, actor: str) -> list[Delegation]:
+        """End ``person``'s run-time delegation (the inbox's "End"); the ones ended."""
+        return await delegation.end(self.store, person, actor, now())
+
     async def store_answers(self) -> None:
         """A cheap read that raises when the store cannot answer, or when this process would miss
         other processes' changes (``/healthz``)."""

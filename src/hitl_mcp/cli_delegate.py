@@ -48,7 +48,7 @@ def cmd_delegate(args: argparse.Namespace) -> int:
                 _print(config.delegations, runtime, at)
                 return 0
             if args.end is not None:
-                ending = [d for d in runtime if d.from_ == args.end]
+                ending = await delegation.end(broker.store, args.end, actor, at)
                 if not ending:
                     from_config = [d for d in config.delegations if d.from_ == args.end and d.until > at]
                     if from_config:
@@ -57,9 +57,6 @@ def cmd_delegate(args: argparse.Namespace) -> int:
                             "(delegations:); remove it there"
                         )
                     raise CliError(f"no run-time delegation from {args.end!r}")
-                await delegation.store(broker.store, [d for d in runtime if d.from_ != args.end])
-                for d in ending:
-                    await broker.store.record(None, "delegation_ended", actor, {"from": d.from_, "to": d.to})
                 print(f"ended: {args.end} no longer delegates to {', '.join(d.to for d in ending)}")
                 return 0
             new = _new(args, config.people, at, actor)

@@ -28,6 +28,7 @@ __all__ = [
     "active",
     "chain_problem",
     "delegate_of",
+    "end",
     "stands_for",
     "store",
     "stored",
@@ -171,3 +172,15 @@ async def stored(source: Store) -> list[Delegation]:
 async def store(target: Store, delegations: Sequence[Delegation]) -> None:
     value = [d.model_dump(mode="json", by_alias=True) for d in delegations]
     await target.set_state(*STATE, json.dumps(value))
+
+
+async def end(target: Store, person: str, actor: str, at: float) -> list[Delegation]:
+    """End ``person``'s run-time delegations now (each audited ``delegation_ended`` with ``actor``),
+    and drop the expired ones; the ones ended."""
+    runtime = [d for d in await stored(target) if d.until > at]
+    ending = [d for d in runtime if d.from_ == person]
+    if ending:
+        await store(target, [d for d in runtime if d.from_ != person])
+        for d in ending:
+            await target.record(None, "delegation_ended", actor, {"from": d.from_, "to": d.to})
+    return ending

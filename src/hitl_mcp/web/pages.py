@@ -197,6 +197,16 @@ async def dismiss(http: HttpRequest) -> Response:
 
 
 @requires()
+async def end_delegation(http: HttpRequest) -> Response:
+    """End a run-time delegation (``hitl-mcp delegate --end`` from the inbox); audited."""
+    await read_post(http, "Not ended", stale="This form did not come from your inbox. Reload and try again.")
+    broker = await web(http).broker()
+    if not await broker.end_delegation(http.path_params["person"][:32], WEB_RESPONDER):
+        raise Problem(404, "There is no run-time delegation from that person.")
+    return RedirectResponse("/", status_code=303)
+
+
+@requires()
 async def history(http: HttpRequest) -> Response:
     broker = await web(http).broker()
     wanted = HistoryFilter.from_query(http.query_params)
@@ -227,4 +237,5 @@ routes: list[BaseRoute] = [
     Route("/history", history, methods=["GET"]),
     Route("/notifications/dismiss", dismiss, methods=["POST"]),
     Route("/notifications/{id}/dismiss", dismiss, methods=["POST"]),
+    Route("/delegations/{person}/end", end_delegation, methods=["POST"]),
 ]
