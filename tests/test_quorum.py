@@ -216,6 +216,11 @@ async def test_the_quorum_is_checked_at_ask_time(tmp_path: Path) -> None:
             AskSpec(kind=Kind.APPROVAL, text="y", to=["owner", "lead"], approvals=Quorum(required=2))
         )
         assert request.approvals == Quorum(required=2, of=["owner", "lead"]) and request.channels == ["push"]
+        # the approvers are asked, with whoever else the call names
+        named, _ = await broker.ask(
+            AskSpec(kind=Kind.APPROVAL, text="z", to=["backup"], approvals=Quorum(required=1, of=["lead"]))
+        )
+        assert named.to == ["backup", "lead"] and named.approvals == Quorum(required=1, of=["lead"])
 
 
 async def test_concurrent_votes_from_two_connections_settle_exactly_once(tmp_path: Path) -> None:

@@ -196,12 +196,11 @@ class Broker(BrokerViews):
 
     async def ask(self, spec: AskSpec) -> tuple[Request, bool]:
         """Store the request, queue its deliveries and schedule its escalation steps, or re-attach to
-        the one it repeats. An approval with a quorum is sent to its people (``of``) when the call
-        names none (``to``)."""
+        the one it repeats. An approval with a quorum is sent to its people (``of``) too."""
         policy = await self.policy_now()
         quorum = policy.quorum(spec.kind, spec.risk, spec.approvals, spec.to)
-        if quorum is not None and not spec.to:
-            spec = replace(spec, to=list(quorum.of))
+        if quorum is not None:  # the approvers are asked, with whoever else the call names
+            spec = replace(spec, to=list(dict.fromkeys([*(spec.to or []), *quorum.of])))
         channels, ladder = self.route(spec, policy)
         created_at = now()
         timeout = spec.timeout_seconds or self.defaults.timeouts.get(spec.kind)
