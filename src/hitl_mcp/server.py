@@ -35,6 +35,7 @@ from hitl_mcp.results import describe_notification, format_duration, to_outcome,
 from hitl_mcp.signing import SecretFile
 from hitl_mcp.tasks import TasksExtension, answering_as_task
 from hitl_mcp.tool_args import (
+    Approvals,
     ChannelList,
     IdempotencyKey,
     PeopleList,
@@ -243,6 +244,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         ] = None,
         channels: ChannelList = None,
         to: PeopleList = None,
+        approvals: Approvals = None,
         wait_seconds: WaitSeconds = None,
         timeout_seconds: TimeoutSeconds = None,
         idempotency_key: IdempotencyKey = None,
@@ -262,6 +264,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             risk=risk,
             channels=channels,
             to=to,
+            approvals=approvals,
             timeout_seconds=timeout_seconds,
             idempotency_key=idempotency_key,
         )
