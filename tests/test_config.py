@@ -191,7 +191,7 @@ def test_unknown_top_level_key() -> None:
     e = error("server: {}\nservr:\n  http: {}\n")
     assert str(e) == (
         "hitl.yaml:2: servr: unknown key 'servr';"
-        " valid keys: server, defaults, hosts, channels, people, escalation"
+        " valid keys: server, defaults, hosts, channels, people, escalation, delegations"
     )
 
 
@@ -610,7 +610,11 @@ def test_modest_aliases_work_and_errors_point_at_the_alias() -> None:
     # an error about the aliased value itself points at the alias; one inside it, at where it is written
     e = error("x: &num 5\nhosts:\n  a: {budget_seconds: 5}\n  b: *num\n")
     assert {(m.line, m.key, m.message) for m in [e, *e.more]} == {
-        (1, "x", "unknown key 'x'; valid keys: server, defaults, hosts, channels, people, escalation"),
+        (
+            1,
+            "x",
+            "unknown key 'x'; valid keys: server, defaults, hosts, channels, people, escalation, delegations",
+        ),
         (4, "hosts.b", "expected a mapping, got 5"),
     }
     e = error("x: &bad {budget_seconds: 0}\nhosts:\n  a: {budget_seconds: 5}\n  b: *bad\n")

@@ -35,7 +35,9 @@ from hitl_mcp.channels import webhook
 from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.config import ConfigError, parse_config
+from hitl_mcp.escalation import Policy
 from hitl_mcp.models import Kind, Request, Status
+from hitl_mcp.quorum import Quorum
 from tests.conftest import PYTHON, TOKEN, api_client, make_config, running
 from tests.support.agent import approval_while
 from tests.support.events import Changes, until
@@ -624,3 +626,34 @@ async def test_the_docs_snippets_verify_events_and_answer(
         assert response.status_code == 200, response.text
         done = await broker.wait(request.id, 10)
         assert (done.approved, done.responder, done.comment) == (True, "sam@example.com", "go")
+
+
+async def test_quorum_votes_say_the_count(tmp_path: Path, receiver: Receiver) -> None:
+    """The real webhook channel (signed inbound, as an integrator posts): the first vote is answered
+    200 with outcome "counted" and the count, a repeat by the same person is refused, the second
+    person's vote settles it (docs/quorum.md)."""
+    async with hooked(tmp_path, hook_config(receiver.url)) as (broker, base):
+        broker.policy = Policy(
+            people={"lead": {"hook": "lead@example.com"}, "owner": {"webhook": "owner@example.com"}},
+            types={"hook": "webhook"},
+        )
+        request, _ = await broker.ask(
+            AskSpec(kind=Kind.APPROVAL, text="Apply", approvals=Quorum(required=2, of=["lead", "owner"]))
+        )
+        assert request.channels == ["hook"]
+        first = await reply(
+            base, {"request_id": request.id, "responder": "lead@example.com", "decision": "approve"}
+        )
+        said = first.json()
+        assert first.status_code == 200 and (said["outcome"], said["status"]) == ("counted", "pending")
+        assert said["message"] == "Recorded your vote: 1 of 2 approvals — waiting for owner."
+        again = await reply(
+            base, {"request_id": request.id, "responder": "lead@example.com", "decision": "deny"}
+        )
+        assert again.status_code == 409 and again.json()["reason"] == "lead already voted"
+        last = await reply(
+            base, {"request_id": request.id, "responder": "owner@example.com", "decision": "approve"}
+        )
+        assert last.status_code == 200 and last.json()["outcome"] == "answered"
+        settled = await broker.get_or_raise(request.id)
+        assert settled.approved is True and [v.person for v in settled.votes] == ["lead", "owner"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hitl_mcp.models import Kind, Level, Risk
+from hitl_mcp.quorum import Quorum
 
 
 @dataclass
@@ -26,6 +27,8 @@ class AskSpec:
     channels: list[str] | None = None
     to: list[str] | None = None
     """People asked (config ``people``): the channels where they have an identity, with ``channels``."""
+    approvals: Quorum | None = None
+    """For an approval: how many of which people must approve (``of`` empty: the people asked)."""
     timeout_seconds: float | None = None
     idempotency_key: str | None = None
     session_key: str | None = None

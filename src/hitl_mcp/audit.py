@@ -137,4 +137,7 @@ def _request_problem(request: Request, created: AuditRow | None, settles: list[A
         have = have.value if isinstance(have, Enum) else have
         if have != want:
             return f"its {name} differs from row {row.seq} ('{row.event}')"
+    if answered and "votes" in row.data:  # a quorum's votes, as the settling row listed them
+        if [f"{v.person}: {v.decision}" for v in request.votes] != row.data["votes"]:
+            return f"its votes differ from row {row.seq} ('answered')"
     return ""

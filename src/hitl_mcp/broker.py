@@ -12,11 +12,13 @@ import hashlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import anyio
 
+from hitl_mcp import delegation
 from hitl_mcp.asks import AskDefaults, AskSpec
 from hitl_mcp.broker_views import BrokerViews
 from hitl_mcp.channels.base import Channel
@@ -180,21 +182,31 @@ class Broker(BrokerViews):
             )
         return chosen
 
-    def route(self, spec: AskSpec) -> tuple[list[str], LadderConfig | None]:
+    def route(self, spec: AskSpec, policy: Policy | None = None) -> tuple[list[str], LadderConfig | None]:
         """The channels asked at once (the call's ``channels`` and ``to``, else the defaults') and the
         escalation ladder that follows (``escalation.Policy.route``)."""
-        names, ladder = self.policy.route(
+        names, ladder = (policy or self.policy).route(
             spec.kind, spec.risk, spec.channels, spec.to, self.defaults.channels
         )
         return self.check_channels(spec.kind, names, spec.risk), ladder
 
+    async def policy_now(self) -> Policy:
+        """The policy with the delegations active now: the config's and the run-time ones (stored)."""
+        if not self.policy.people:
+            return self.policy
+        return self.policy.at(now(), await delegation.stored(self.store))
+
     async def ask(self, spec: AskSpec) -> tuple[Request, bool]:
         """Store the request, queue its deliveries and schedule its escalation steps, or re-attach to
-        the one it repeats."""
-        channels, ladder = self.route(spec)
+        the one it repeats. An approval with a quorum is sent to its people (``of``) too."""
+        policy = await self.policy_now()
+        quorum = policy.quorum(spec.kind, spec.risk, spec.approvals, spec.to)
+        if quorum is not None:  # the approvers are asked, with whoever else the call names
+            spec = replace(spec, to=list(dict.fromkeys([*(spec.to or []), *quorum.of])))
+        channels, ladder = self.route(spec, policy)
         created_at = now()
         timeout = spec.timeout_seconds or self.defaults.timeouts.get(spec.kind)
-        steps = [] if ladder is None else self.policy.plan(ladder, created_at, timeout)
+        steps = [] if ladder is None else policy.plan(ladder, created_at, timeout)
         if ladder is not None and ladder.on_timeout == "keep_pending":
             timeout = None  # never expires; the window only placed the `at` steps
         allow_free_text = spec.allow_free_text if spec.allow_free_text is not None else not spec.choices
@@ -214,6 +226,8 @@ class Broker(BrokerViews):
             level=spec.level,
             default_answer=spec.default_answer,
             channels=channels,
+            to=policy.asked(spec.kind, spec.risk, spec.channels, spec.to),
+            approvals=quorum,
             idempotency_key=spec.idempotency_key,
             session_key=spec.session_key,
             client_name=spec.client_name,
@@ -230,6 +244,11 @@ class Broker(BrokerViews):
                 "idempotency_key already used for a different request; use a new key for a new request"
             ) from None
         if created:
+            # whoever is away: the request went to their delegate, and the trail says so
+            for person, stand_in in policy.delegated(
+                [*(request.to or []), *(quorum.of if quorum else [])]
+            ).items():
+                await self.store.record(request.id, "delegated", None, {"person": person, "to": stand_in})
             self.outbox.kick()
             self._expiry_wake.set()
         return stored, created
@@ -323,8 +342,12 @@ class Broker(BrokerViews):
         not fit the request (``ReplyInvalid``) or an unknown id (``NotFound``)."""
         request = await self.get_or_raise(request_id)
         outcome = check_reply(request, reply) if request.status == Status.PENDING else {}
-        # credited to the person whose identity this is; the channel identity stays the actor
-        reply = reply.model_copy(update={"person": self.policy.person_of(reply.channel, reply.responder)})
+        # credited to the person whose identity this is; the channel identity stays the actor. The
+        # payload hash is the one shown: a quorum counts a vote only for the payload it holds
+        policy = await self.policy_now()
+        person = policy.person_of(reply.channel, reply.responder)
+        credit = {"person": person, "on_behalf_of": policy.on_behalf_of(person, request)}
+        reply = reply.model_copy(update={**credit, "payload_sha256": request.payload_sha256})
         settled = await self.store.resolve(
             request_id, reply, outcome, expiry_outcome(request), silent_channels(self.channels)
         )
@@ -332,8 +355,10 @@ class Broker(BrokerViews):
             raise NotFound(f"no request with id {request_id!r}")
         if settled.won or settled.request.status != request.status:
             self._settled(settled.request)
-        reason = "" if settled.won else already(settled.request)
-        return Settled(settled.won, settled.request, reason)
+        elif settled.counted:
+            self._publish(request_id, "voted")
+        reason = settled.reason or ("" if settled.won else already(settled.request))
+        return Settled(settled.won, settled.request, reason, settled.counted)
 
     async def cancel(self, request_id: str, reason: str | None, actor: str) -> Request:
         request = await self.get_or_raise(request_id)

@@ -8,13 +8,18 @@ its JSON API read. None of it changes a request's life (asking, waiting and sett
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from hitl_mcp import delegation
 from hitl_mcp.audit import AuditRow
 from hitl_mcp.channels.base import Delivery
+from hitl_mcp.delegation import Delegation
 from hitl_mcp.errors import NotFound
-from hitl_mcp.models import Kind, Request, Status
+from hitl_mcp.models import Kind, Request, Status, now
 from hitl_mcp.store.base import DeliveryRow, History, Lease, ReplyRow, Store, StoreError
+
+if TYPE_CHECKING:
+    from hitl_mcp.escalation import Policy
 
 __all__ = ["REATTACHED", "BrokerViews", "times_asked"]
 
@@ -33,6 +38,7 @@ class BrokerViews:
 
     store: Store
     history: History
+    policy: Policy
 
     async def get(self, request_id: str) -> Request | None:
         return await self.store.get(request_id)
@@ -95,6 +101,16 @@ class BrokerViews:
 
     async def count_requests(self, status: Status | None = None, before: str | None = None) -> int:
         return await self.history.count(status, before)
+
+    async def delegations_now(self) -> list[Delegation]:
+        """The delegations active now: the config's (``policy.delegations``), then the run-time ones."""
+        at = now()
+        every = [*self.policy.delegations, *await delegation.stored(self.store)]
+        return [d for d in every if d.is_active(at)]
+
+    async def end_delegation(self, person: str, actor: str) -> list[Delegation]:
+        """End ``person``'s run-time delegation (the inbox's "End"); the ones ended."""
+        return await delegation.end(self.store, person, actor, now())
 
     async def store_answers(self) -> None:
         """A cheap read that raises when the store cannot answer, or when this process would miss

@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 
 from hitl_mcp import __version__
+from hitl_mcp.cli_delegate import add_delegate, cmd_delegate
 from hitl_mcp.cli_requests import (
     CliError,
     cmd_answer,
@@ -168,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("action", choices=["verify", "head"])
     p.add_argument("--anchor", help="the anchors to check against (default: audit.anchor in the state dir)")
+
+    p = command("delegate", cmd_delegate, "let someone stand in for a person: set, --list or --end")
+    common(p)
+    add_delegate(p)
 
     gate_cli.add_proxy(command("proxy", gate_cli.cmd_proxy, "put another MCP server's tools behind approval"))
     gate_cli.add_hook(command("hook", gate_cli.cmd_hook, "answer a host's permission prompt from a hook"))

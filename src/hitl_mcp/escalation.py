@@ -8,16 +8,19 @@ request (``PlannedStep``), run by the outbox when due.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from hitl_mcp.config.escalation import LadderConfig, StepConfig
+from hitl_mcp.delegation import Delegation, active, delegate_of, stands_for
 from hitl_mcp.errors import UnknownChannel
 from hitl_mcp.models import Kind
+from hitl_mcp.quorum import Quorum
 from hitl_mcp.store.base import PlannedStep
 
 if TYPE_CHECKING:
     from hitl_mcp.config.models import Config
+    from hitl_mcp.models import Request
 
 __all__ = ["Choice", "Policy", "policy_from_config"]
 
@@ -28,6 +31,7 @@ class Choice:
 
     escalation: str | None = None
     to: Sequence[str] | None = None
+    approvals: Quorum | None = None
 
 
 @dataclass
@@ -39,8 +43,45 @@ class Policy:
     ladders: Mapping[str, LadderConfig] = field(default_factory=dict)
     types: Mapping[str, str] = field(default_factory=dict)
     choices: Mapping[Kind | tuple[Kind, str], Choice] = field(default_factory=dict)
+    delegations: Sequence[Delegation] = ()
+    """The config's delegations (``at`` adds the run-time ones)."""
+    delegates: Mapping[str, str] = field(default_factory=dict)
+    """Who stands in for whom at one moment (see ``at``): ``{from: to}``."""
 
     # --- people ----------------------------------------------------------------------------
+
+    def at(self, moment: float, more: Sequence[Delegation] = ()) -> Policy:
+        """This policy with the delegations (the config's, then ``more``) active at ``moment``."""
+        return replace(self, delegates=active([*self.delegations, *more], moment))
+
+    def delegated(self, people: Sequence[str]) -> dict[str, str]:
+        """Each of ``people`` who is away, and who stands in for them now: ``{owner: backup}``."""
+        found = {p: delegate_of(p, self.delegates)[0] for p in people}
+        return {p: d for p, d in found.items() if d != p}
+
+    def on_behalf_of(self, person: str | None, request: Request) -> str | None:
+        """Whom ``person`` answers for as a delegate: a quorum's approver (whose seat is not taken
+        yet), or one of the people asked; None when they answer as themselves."""
+        if person is None:
+            return None
+        if request.approvals is not None:
+            if person in request.approvals.of:
+                return None
+            of, taken = request.approvals.of, {v.seat for v in request.votes}
+            free = stands_for(person, [p for p in of if p not in taken], self.delegates)
+            return free or stands_for(person, of, self.delegates)  # a taken seat: "already voted"
+        if request.to and person not in request.to:
+            return stands_for(person, request.to, self.delegates)
+        return None
+
+    def asked(
+        self, kind: Kind, risk: str | None, channels: Sequence[str] | None, to: Sequence[str] | None
+    ) -> list[str] | None:
+        """The people a request asks: the call's ``to``, else (a call naming no channels either) the
+        defaults' people."""
+        if to or channels:
+            return list(to) if to else None
+        return self.choose(kind, risk)[1] or None
 
     def identity(self, person: str, channel: str) -> str | None:
         """The person's identity on a channel: given for the channel by name, else for its type."""
@@ -53,6 +94,7 @@ class Policy:
         if unknown:
             known = ", ".join(self.people) or "(none configured)"
             raise UnknownChannel(f"unknown person {', '.join(map(repr, unknown))}; people: {known}")
+        people = [delegate_of(p, self.delegates)[0] for p in people]  # those away: their delegates
         found = [c for c in self.types if any(self.identity(p, c) is not None for p in people)]
         if not found:
             raise UnknownChannel(
@@ -80,6 +122,34 @@ class Policy:
         name = by_risk.escalation or tool.escalation or "default"
         to = by_risk.to if by_risk.to is not None else tool.to
         return (None if name == "none" else self.ladders.get(name)), list(to or [])
+
+    def quorum(
+        self, kind: Kind, risk: str | None, given: Quorum | None, to: Sequence[str] | None
+    ) -> Quorum | None:
+        """The quorum an approval needs (the call's, else its risk's, else the tool's default), with
+        ``of`` filled in: the call's or the defaults' people asked when it names none. Raises
+        ``UnknownChannel`` for unknown people or more approvals required than people to give them."""
+        if kind != Kind.APPROVAL:
+            return None
+        tool = self.choices.get(kind, Choice())
+        by_risk = self.choices.get((kind, risk or "medium"), Choice())
+        quorum = given or by_risk.approvals or tool.approvals
+        if quorum is None:
+            return None
+        of = list(dict.fromkeys(quorum.of or to or self.choose(kind, risk)[1]))
+        if not of:
+            raise UnknownChannel("approvals: name the people who approve in `of`, or ask people with `to`")
+        unknown = [p for p in of if p not in self.people]
+        if unknown:
+            known = ", ".join(self.people) or "(none configured)"
+            names = ", ".join(map(repr, unknown))
+            raise UnknownChannel(f"approvals: unknown person {names}; people: {known}")
+        if quorum.required > len(of):
+            raise UnknownChannel(
+                f"approvals: {quorum.required} required, but only {len(of)} "
+                f"{'person' if len(of) == 1 else 'people'} may approve ({', '.join(of)})"
+            )
+        return quorum.model_copy(update={"of": of})
 
     def route(
         self,
@@ -126,12 +196,15 @@ def policy_from_config(config: Config) -> Policy:
     d = config.defaults
     choices: dict[Kind | tuple[Kind, str], Choice] = {
         Kind.QUESTION: Choice(d.ask_user.escalation, d.ask_user.to),
-        Kind.APPROVAL: Choice(d.request_approval.escalation, d.request_approval.to),
+        Kind.APPROVAL: Choice(
+            d.request_approval.escalation, d.request_approval.to, d.request_approval.approvals
+        ),
         Kind.NOTIFICATION: Choice("none", d.notify_user.to),
     }
     for risk, choice in d.request_approval.risk.items():
-        choices[(Kind.APPROVAL, risk)] = Choice(choice.escalation, choice.to)
+        choices[(Kind.APPROVAL, risk)] = Choice(choice.escalation, choice.to, choice.approvals)
     return Policy(
+        delegations=config.delegations,
         people=config.people,
         ladders=config.escalation,
         types={name: block.type for name, block in config.channels.items()},

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hitl_mcp.quorum import Quorum, Vote, progress
+
 
 class Kind(StrEnum):
     QUESTION = "question"
@@ -90,6 +92,10 @@ class Request(BaseModel):
     level: Level | None = None
     default_answer: str | None = None
     channels: list[str] = Field(default_factory=list)
+    to: list[str] | None = None
+    """The people asked (config ``people``), as the call or the defaults named them."""
+    approvals: Quorum | None = None
+    """For an approval that needs several people: how many of whom (``of`` filled in at ask time)."""
     idempotency_key: str | None = None
     session_key: str | None = None
     client_name: str | None = None
@@ -107,6 +113,15 @@ class Request(BaseModel):
     channel: str | None = None
     person: str | None = None
     """The person (config ``people``) the responder's channel identity belongs to, when one does."""
+    on_behalf_of: str | None = None
+    """The person asked whom ``person`` answered for, as their delegate."""
+    votes: list[Vote] = Field(default_factory=list)
+    """For a quorum: the votes counted, in order."""
+
+    @property
+    def progress(self) -> str | None:
+        """For a quorum: ``1 of 2 approvals — waiting for security or owner``."""
+        return None if self.approvals is None else progress(self.approvals, self.votes)
 
     @property
     def short_id(self) -> str:
@@ -121,7 +136,7 @@ class Request(BaseModel):
         """A hash of everything the person is asked: re-attaching to a request (by idempotency key
         or as a repeat) is allowed only when this matches, so an approval covers exactly what was
         shown."""
-        material = [
+        material: list[Any] = [
             self.kind.value,
             self.text,
             self.title,
@@ -133,6 +148,8 @@ class Request(BaseModel):
             self.risk,
             self.default_answer,
         ]
+        if self.approvals is not None:  # only then: the fingerprints of requests without one are unchanged
+            material.append(self.approvals.model_dump(mode="json"))
         return hashlib.sha256(canonical_json(material).encode()).hexdigest()
 
 
@@ -149,6 +166,21 @@ class Reply(BaseModel):
     comment: str | None = None
     person: str | None = None
     """The person (config ``people``) this channel identity belongs to: set by the broker, not channels."""
+    on_behalf_of: str | None = None
+    """The person asked whom ``person`` answers for as their delegate: set by the broker."""
+    payload_sha256: str | None = None
+    """The payload hash of the request as it was read when the reply came: set by the broker."""
+
+
+class OutcomeVote(BaseModel):
+    """One vote of a quorum, as the outcome lists it."""
+
+    person: str
+    on_behalf_of: str | None = None
+    channel: str
+    decision: Decision
+    comment: str | None = None
+    at: str
 
 
 class Outcome(BaseModel):
@@ -167,6 +199,12 @@ class Outcome(BaseModel):
     channel: str | None = Field(None, description="The channel the answer came through.")
     person: str | None = Field(
         None, description="The person (from the server's config) who answered, when the responder is one."
+    )
+    on_behalf_of: str | None = Field(
+        None, description="The person asked whom the answering person stood in for, as their delegate."
+    )
+    votes: list[OutcomeVote] | None = Field(
+        None, description="For an approval that needs several people: every vote counted, in order."
     )
     asked_at: str
     answered_at: str | None = None
@@ -194,3 +232,5 @@ class Settled:
     won: bool
     request: Request
     reason: str = ""
+    counted: bool = False
+    """A vote that counted toward a quorum without settling it (``reason``: the progress)."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 from mcp.types import CallToolResult, TextContent
 
 from hitl_mcp.durations import format_duration
-from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, Status, iso, now
+from hitl_mcp.models import Kind, NotifyResult, Outcome, OutcomeVote, Request, Status, iso, now
+from hitl_mcp.quorum import Vote
 from hitl_mcp.wording import verdict
 
 __all__ = ["describe", "describe_notification", "format_duration", "to_outcome", "tool_result"]
@@ -29,11 +30,30 @@ def to_outcome(
         responder=request.responder,
         channel=request.channel,
         person=request.person,
+        on_behalf_of=request.on_behalf_of,
+        votes=_votes(request),
         asked_at=iso(request.created_at) or "",
         answered_at=iso(request.closed_at),
         waited_seconds=round(waited_seconds, 3),
         next_step=next_step(request, undelivered, inbox_url),
     )
+
+
+def _votes(request: Request) -> list[OutcomeVote] | None:
+    """A quorum's votes, each with the person, whom they stood in for, the channel, time and comment."""
+    if request.approvals is None:
+        return None
+    return [
+        OutcomeVote(
+            person=v.person,
+            on_behalf_of=v.on_behalf_of,
+            channel=v.channel,
+            decision=v.decision,
+            comment=v.comment,
+            at=iso(v.at) or "",
+        )
+        for v in request.votes
+    ]
 
 
 def tool_result(outcome: Outcome, request: Request) -> CallToolResult:
@@ -97,8 +117,12 @@ def describe(outcome: Outcome, request: Request) -> str:
             f"Still waiting for a reply to request {request.id} (sent via {', '.join(request.channels)}); "
             f"waited {format_duration(outcome.waited_seconds)} in this call.{left}"
         )
+        if request.progress:
+            head += f" {request.progress[:1].upper()}{request.progress[1:]}."
     elif outcome.status == Status.ANSWERED and request.kind == Kind.APPROVAL:
         head = f"{verdict(outcome.approved).capitalize()}{who}{via}.{comment}"
+        if request.votes:
+            head += " Votes: " + "; ".join(_said(v) for v in request.votes) + "."
         if outcome.approved and outcome.payload_sha256:
             head += f" Payload SHA-256: {outcome.payload_sha256}."
     elif outcome.status == Status.ANSWERED:
@@ -112,6 +136,13 @@ def describe(outcome: Outcome, request: Request) -> str:
     else:
         head = f"Request {request.id} was cancelled.{comment}"
     return f"{head}\nNext step: {outcome.next_step}"
+
+
+def _said(vote: Vote) -> str:
+    stood_in = f" for {vote.on_behalf_of}" if vote.on_behalf_of else ""
+    comment = f' ("{vote.comment}")' if vote.comment else ""
+    said = "approved" if vote.decision == "approve" else "denied"
+    return f"{vote.person}{stood_in} {said} via {vote.channel}{comment}"
 
 
 def describe_notification(result: NotifyResult) -> str:

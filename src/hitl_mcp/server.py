@@ -36,6 +36,7 @@ from hitl_mcp.state_key import STATE_KEY_FILE as STATE_KEY_FILE  # re-exported
 from hitl_mcp.state_key import request_state_keys
 from hitl_mcp.tasks import TasksExtension, answering_as_task
 from hitl_mcp.tool_args import (
+    Approvals,
     ChannelList,
     IdempotencyKey,
     PeopleList,
@@ -245,6 +246,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         ] = None,
         channels: ChannelList = None,
         to: PeopleList = None,
+        approvals: Approvals = None,
         wait_seconds: WaitSeconds = None,
         timeout_seconds: TimeoutSeconds = None,
         idempotency_key: IdempotencyKey = None,
@@ -264,6 +266,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             risk=risk,
             channels=channels,
             to=to,
+            approvals=approvals,
             timeout_seconds=timeout_seconds,
             idempotency_key=idempotency_key,
         )

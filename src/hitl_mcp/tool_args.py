@@ -34,6 +34,7 @@ from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from pydantic import Field, PrivateAttr, ValidationError
 
+from hitl_mcp.quorum import Quorum
 from hitl_mcp.tool_schemas import SCHEMAS
 
 if TYPE_CHECKING:
@@ -188,6 +189,13 @@ PeopleList = Annotated[
         max_length=10,
         description="People from the server's config to ask (on every channel where they have an address), "
         "with or instead of channels; omit for the configured defaults.",
+    ),
+]
+Approvals = Annotated[
+    Quorum | None,
+    Field(
+        description="Several approvers: {required: 2, of: [people], veto: any|none}. Each person counts "
+        "once; by default one denial denies. Omit for one approval (or the configured default).",
     ),
 ]
 WaitSeconds = Annotated[

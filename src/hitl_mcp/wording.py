@@ -19,7 +19,10 @@ def verdict(approved: bool | None) -> str:
 
 
 def answered_what(request: Request) -> str:
-    """What an answered request says: the verdict of an approval, else the answer."""
+    """What an answered request says: the verdict of an approval, else the answer; for a quorum
+    still waiting, its progress ("vote recorded: 1 of 2 approvals — waiting for owner")."""
+    if request.status == Status.PENDING and request.progress:
+        return f"vote recorded: {request.progress}"
     if request.kind == Kind.APPROVAL:
         return verdict(request.approved)
     return request.answer or request.choice or ""

@@ -77,8 +77,10 @@ def background(
     return asyncio.get_running_loop().create_task(scoped(), name=f"hitl {channel}"), scope
 
 
-async def stop(running: list[Running]) -> None:
-    """Cancel the work and wait for it to end."""
+async def stop(started: list[Running]) -> None:
+    """Cancel the work in ``started`` (emptied at once) and wait for it to end."""
+    running = list(started)
+    started.clear()
     for _, scope in running:
         scope.cancel()
     if running:

@@ -9,9 +9,10 @@ A channel module (``hitl_mcp.channels.<type>``) exports two names:
 Sending goes through ``deliver`` (and ``retract`` once the request is settled). Inbound replies are
 parsed and verified inside the channel, then handed to :meth:`Channel.answer`, which resolves them
 through the hub (the broker is the only writer of a request's outcome) and returns what happened:
-:class:`Answered`, :class:`Late`, :class:`Invalid` or :class:`Unknown`, each with the words to tell
-the person. A reply that is not let through is recorded once by :meth:`Channel.ignore`. Channels never
-import each other and never touch the store: they keep what they must remember in ``self.state``.
+:class:`Answered` (or its :class:`Counted`, a quorum's vote that did not settle it yet),
+:class:`Late`, :class:`Invalid` or :class:`Unknown`, each with the words to tell the person. A reply
+that is not let through is recorded once by :meth:`Channel.ignore`. Channels never import each other
+and never touch the store: they keep what they must remember in ``self.state``.
 
 The rest of the kit: :func:`allowed` (allow-lists that fail closed), ``channels._replies`` (the yes/no
 words of text channels), ``hitl_mcp.retry`` (``RetryPolicy``, ``retry_after``), ``hitl_mcp.wording``
@@ -38,6 +39,7 @@ __all__ = [
     "Answered",
     "Channel",
     "ChannelConfig",
+    "Counted",
     "Delivery",
     "DeliveryError",
     "Hub",
@@ -146,8 +148,7 @@ class Hub(Protocol):
         ...
 
     async def try_lease(self, name: str) -> Lease | None:
-        """Hold the lease ``name`` among every process on the store, or None when another holds it
-        (``in_background(..., exclusive=True)`` uses it)."""
+        """The lease ``name`` among the processes on the store, or None: see ``in_background``."""
         ...
 
 
@@ -165,6 +166,19 @@ class Answered:
         from hitl_mcp.wording import answered_what
 
         return f"Recorded: {answered_what(self.request)}."
+
+
+@dataclass(frozen=True)
+class Counted(Answered):
+    """A vote counted toward a quorum that is not reached yet (``progress``: "1 of 2 approvals —
+    waiting for security or owner"); ``request`` is still pending. Channels that handle
+    :class:`Answered` handle it too: its ``words`` say it."""
+
+    progress: str = ""
+
+    @property
+    def words(self) -> str:
+        return f"Recorded your vote: {self.progress}."
 
 
 @dataclass(frozen=True)
@@ -202,7 +216,7 @@ class Unknown:
         return "Not recorded: hitl-mcp does not know this request."
 
 
-Outcome = Answered | Late | Invalid | Unknown
+Outcome = Answered | Late | Invalid | Unknown  # Counted is an Answered
 
 
 def allowed(who: str | None, answerers: Collection[str] | None) -> bool:
@@ -305,6 +319,8 @@ class Channel:
             return Invalid(request_id, str(exc))
         except NotFound:
             return Unknown(request_id)
+        if result.counted:
+            return Counted(result.request, result.reason)
         return Answered(result.request) if result.won else Late(result.request, result.reason)
 
     def in_background(
@@ -322,8 +338,7 @@ class Channel:
         """Cancel what :meth:`in_background` started, and wait for it to end."""
         from hitl_mcp.channels._exclusive import stop
 
-        running, self._background = self._background, []
-        await stop(running)
+        await stop(self._background)
 
     async def ignore(self, request_id: str | None, actor: str | None, reason: str, **data: Any) -> None:
         """A reply not let through (a sender not allowed, a request closed, words not understood):

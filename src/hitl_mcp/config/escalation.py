@@ -18,6 +18,7 @@ from pydantic_core import PydanticCustomError
 
 from hitl_mcp.config.errors import KeyPath, _show
 from hitl_mcp.durations import DAY, bounded
+from hitl_mcp.quorum import Quorum
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 _NAME_HELP = "use 1 to 32 of a-z, 0-9, '_' and '-', starting with a letter or a digit"
@@ -99,6 +100,8 @@ class Choice(BaseModel):
     """A ladder's name; ``none`` for no ladder."""
     to: list[str] | None = None
     """People asked by default (the channels where they have an identity)."""
+    approvals: Quorum | None = None
+    """For ``request_approval``: how many of which people must approve."""
 
 
 def check(
@@ -152,6 +155,29 @@ def check(
         for j, person_name in enumerate(choice.to or ()):
             if person_name not in people:
                 problems.append(((*prefix, "to", j), f"unknown person {_show(person_name)}; {known_people}"))
+        if choice.approvals is not None:
+            problems.extend(_check_quorum(prefix, choice.approvals, choice.to, people, known_people))
+    return problems
+
+
+def _check_quorum(
+    prefix: KeyPath, quorum: Quorum, to: list[str] | None, people: Mapping[str, Person], known_people: str
+) -> list[tuple[KeyPath, str]]:
+    """Approvers who are not people, and more approvals required than people named to give them
+    (``of`` unset: the people of ``to``, when the choice names them)."""
+    problems: list[tuple[KeyPath, str]] = []
+    for j, person_name in enumerate(quorum.of):
+        if person_name not in people:
+            path: KeyPath = (*prefix, "approvals", "of", j)
+            problems.append((path, f"unknown person {_show(person_name)}; {known_people}"))
+    of = quorum.of or to or []
+    if of and quorum.required > len(set(of)):
+        problems.append(
+            (
+                (*prefix, "approvals", "required"),
+                f"{quorum.required} approvals required, but only {len(set(of))} people may give them",
+            )
+        )
     return problems
 
 

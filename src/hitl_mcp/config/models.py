@@ -32,7 +32,9 @@ from hitl_mcp.channels.base import ChannelConfig
 from hitl_mcp.config import escalation as ladders
 from hitl_mcp.config.errors import KeyPath, _key_text, _show
 from hitl_mcp.config.escalation import LadderConfig, Person
+from hitl_mcp.delegation import Delegation, chain_problem
 from hitl_mcp.durations import DAY, HOUR, bounded
+from hitl_mcp.quorum import Quorum
 
 
 class _Section(BaseModel):
@@ -227,10 +229,14 @@ class RiskChoice(_Section):
 
     escalation: str | None = None
     to: list[str] | None = None
+    approvals: Quorum | None = None
+    """How many of which people must approve (quorum.md)."""
 
 
 class ApprovalDefaults(ToolDefaults):
     timeout: Annotated[float, bounded(1, 30 * DAY)] = HOUR
+    approvals: Quorum | None = None
+    """How many of which people must approve, unless the risk or the call says otherwise."""
     risk: dict[Literal["low", "medium", "high"], RiskChoice] = Field(default_factory=dict)
 
 
@@ -307,6 +313,8 @@ class Config(_Section):
     """Each person once, with their identity per channel (by channel name, or type)."""
     escalation: dict[str, LadderConfig] = Field(default_factory=dict)
     """Named ladders of scheduled steps; ``defaults`` picks one per tool and per risk."""
+    delegations: list[Delegation] = Field(default_factory=list)
+    """Who stands in for whom, and when (``{from, to, from_time?, until}``); see docs/quorum.md."""
     source: Path | None = Field(default=None, exclude=True)
     """The file this config came from; None for the embedded default. Not a YAML key."""
 
@@ -364,16 +372,40 @@ def _cross_check(config: Config, hidden: Collection[KeyPath] = ()) -> list[tuple
                 problems.append((path, f"unknown channel {shown}; {known}"))
     d = config.defaults
     choices: list[tuple[KeyPath, ladders.Choice]] = [
-        (("defaults", tool), ladders.Choice(escalation=getattr(d, tool).escalation, to=getattr(d, tool).to))
-        for tool in ("ask_user", "request_approval")
+        (("defaults", "ask_user"), ladders.Choice(escalation=d.ask_user.escalation, to=d.ask_user.to)),
+        (
+            ("defaults", "request_approval"),
+            ladders.Choice(
+                escalation=d.request_approval.escalation,
+                to=d.request_approval.to,
+                approvals=d.request_approval.approvals,
+            ),
+        ),
     ]
     choices.append((("defaults", "notify_user"), ladders.Choice(to=d.notify_user.to)))
     for risk, choice in d.request_approval.risk.items():
-        choices.append(
-            (("defaults", "request_approval", "risk", risk), ladders.Choice(**choice.model_dump()))
-        )
+        choices.append((("defaults", "request_approval", "risk", risk), ladders.Choice(**dict(choice))))
     types = {name: block.type for name, block in config.channels.items()}
     problems.extend(ladders.check(config.people, config.escalation, types, choices))
+    problems.extend(_check_delegations(config))
+    return problems
+
+
+def _check_delegations(config: Config) -> list[tuple[KeyPath, str]]:
+    """Delegations between people the config names, each with a window, and no loop or long chain."""
+    problems: list[tuple[KeyPath, str]] = []
+    people = f"people: {', '.join(config.people)}" if config.people else "no people are configured"
+    for i, d in enumerate(config.delegations):
+        for key, name in (("from", d.from_), ("to", d.to)):
+            if name not in config.people:
+                problems.append((("delegations", i, key), f"unknown person {_show(name)}; {people}"))
+        problem = d.own_problem()
+        if problem:
+            problems.append((("delegations", i), problem))
+    if not problems:
+        loop = chain_problem(config.delegations)
+        if loop:
+            problems.append((("delegations",), loop))
     return problems
 
 

@@ -79,7 +79,11 @@ class ReplyRow:
     comment: str | None
     received_at: float
     won: bool
+    """Whether it settled the request (or, for a quorum, counted as a vote)."""
     reason: str | None
+    person: str | None = None
+    on_behalf_of: str | None = None
+    payload_sha256: str | None = None
 
 
 class Lease(Protocol):
@@ -134,7 +138,12 @@ class Store(Protocol):
         expired: dict[str, Any],
         silent: Collection[str],
     ) -> Settled | None:
-        """Record the reply; it wins only if the request is still pending and unexpired. A request
+        """Record the reply; it wins only if the request is still pending and unexpired. For a request
+        with a quorum (``Request.approvals``) the reply is a vote, counted with ``quorum.count_vote``
+        against ``Request.votes`` in the same transaction: one that does not count is recorded and
+        audited ``reply_ignored``; one that counts without deciding is stored in ``votes``, audited
+        ``voted`` and returned with ``counted`` and the progress as ``reason``; one that decides
+        settles the request as any winning reply does. A request
         found past its expiry is expired first, with the ``expired`` outcome. Settling queues a
         retraction on every channel that was sent the request, except the ``silent`` ones, and
         cancels its scheduled steps and unsent reminders (every settle does, in its transaction)."""

@@ -30,6 +30,7 @@ import anyio.to_thread
 from hitl_mcp.anchor import ANCHOR_FILE, Anchorer
 from hitl_mcp.audit import GENESIS, SETTLING_EVENTS, AuditRow, row_hash
 from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now
+from hitl_mcp.quorum import Vote, count_vote
 from hitl_mcp.store.base import (
     Change,
     DeliveryRow,
@@ -56,6 +57,8 @@ BODY_FIELDS = (
     "default_answer",
     "channels",
     "client_name",
+    "to",
+    "approvals",
 )
 OUTCOME_FIELDS = ("answer", "choice", "approved", "comment", "responder", "channel")
 
@@ -195,6 +198,16 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX steps_due ON steps(status, due_at);
     ALTER TABLE requests ADD COLUMN person TEXT;
+    """,
+    # 8: quorum and delegation: the votes a request has counted (a JSON list, rewritten in the
+    # transaction that counts the next one), the person a delegate answered for, and on each reply
+    # row the person credited, whom they stood in for, and the payload hash they answered
+    """
+    ALTER TABLE requests ADD COLUMN on_behalf_of TEXT;
+    ALTER TABLE requests ADD COLUMN votes TEXT;
+    ALTER TABLE replies ADD COLUMN person TEXT;
+    ALTER TABLE replies ADD COLUMN on_behalf_of TEXT;
+    ALTER TABLE replies ADD COLUMN payload_sha256 TEXT;
     """,
 ]
 
@@ -453,6 +466,8 @@ class SqliteStore:
                     self._append(db, found.id, "reattached", request.client_name, {})
                     return found, False
                 body = {name: getattr(request, name) for name in BODY_FIELDS}
+                if request.approvals is not None:
+                    body["approvals"] = request.approvals.model_dump(mode="json")
                 db.execute(
                     "INSERT INTO requests (id, kind, status, body, owner, idempotency_key, dedupe_key,"
                     " session_key, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -566,8 +581,13 @@ class SqliteStore:
         expired: dict[str, Any],
         silent: Collection[str],
     ) -> Settled | None:
+        """For a request with a quorum (``Request.approvals``), a decision is a vote: counted by
+        ``quorum.count_vote`` against the votes the row holds, in this transaction, and the request
+        settles only when they decide it."""
         at = now()
         credited = {"person": reply.person} if reply.person else {}  # the channel identity is the actor
+        if reply.on_behalf_of:
+            credited["on_behalf_of"] = reply.on_behalf_of
 
         def work(db: sqlite3.Connection) -> Any:
             with self._settling(db):
@@ -581,42 +601,53 @@ class SqliteStore:
                     and current.expires_at <= at
                 ):
                     current = self._settle(db, current, Status.EXPIRED, "expiry", expired, at, silent)
-                won = False
+                won, fields, reason = False, dict(outcome), None
+                votes = current.votes
+                if current.status == Status.PENDING and current.approvals is not None:
+                    vote = _vote(reply, at)
+                    count = count_vote(current.approvals, current.votes, vote, current.payload_sha256)
+                    if not count.counted:
+                        self._reply_row(db, request_id, reply, at, False, count.reason)
+                        data: dict[str, Any] = {"channel": reply.channel, **credited, "reason": count.reason}
+                        self._append(db, request_id, "reply_ignored", reply.responder, data)
+                        return Settled(False, current, count.reason or "")
+                    votes = count.votes
+                    if count.decision is None:
+                        db.execute(
+                            "UPDATE requests SET votes = ? WHERE id = ? AND status = 'pending'",
+                            (_votes_json(votes), request_id),
+                        )
+                        now_request = current.model_copy(update={"votes": votes})
+                        said = now_request.progress or ""
+                        self._reply_row(db, request_id, reply, at, True, f"counted: {said}")
+                        data = {"channel": reply.channel, **credited, "decision": reply.decision}
+                        data.update(comment=reply.comment, progress=said)
+                        self._append(db, request_id, "voted", reply.responder, data, at=at)
+                        return Settled(False, now_request, said, counted=True)
+                    deciding = votes[-1]  # the vote that reached the decision speaks for the outcome
+                    fields = {"approved": count.decision == "approve", "comment": deciding.comment}
                 if current.status == Status.PENDING:
                     cursor = db.execute(
                         "UPDATE requests SET status = 'answered', closed_at = ?, answer = ?, choice = ?,"
-                        " approved = ?, comment = ?, responder = ?, channel = ?, person = ?"
-                        " WHERE id = ? AND status = 'pending'",
+                        " approved = ?, comment = ?, responder = ?, channel = ?, person = ?,"
+                        " on_behalf_of = ?, votes = ? WHERE id = ? AND status = 'pending'",
                         (
                             at,
-                            outcome.get("answer"),
-                            outcome.get("choice"),
-                            outcome.get("approved"),
-                            outcome.get("comment"),
+                            fields.get("answer"),
+                            fields.get("choice"),
+                            fields.get("approved"),
+                            fields.get("comment"),
                             reply.responder,
                             reply.channel,
                             reply.person,
+                            reply.on_behalf_of,
+                            _votes_json(votes) if votes else None,
                             request_id,
                         ),
                     )
                     won = cursor.rowcount == 1
                 reason = None if won else f"request was already {current.status.value}"
-                db.execute(
-                    "INSERT INTO replies (request_id, channel, responder, text, choice, decision, comment,"
-                    " received_at, won, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        request_id,
-                        reply.channel,
-                        reply.responder,
-                        reply.text,
-                        reply.choice,
-                        reply.decision,
-                        reply.comment,
-                        at,
-                        int(won),
-                        reason,
-                    ),
-                )
+                self._reply_row(db, request_id, reply, at, won, reason)
                 if not won:
                     self._append(
                         db,
@@ -626,30 +657,50 @@ class SqliteStore:
                         {"channel": reply.channel, **credited, "reason": reason},
                     )
                     return Settled(False, current)
-                self._append(
-                    db,
-                    request_id,
-                    "answered",
-                    reply.responder,
-                    {
-                        "channel": reply.channel,
-                        **credited,
-                        **{k: v for k, v in outcome.items() if v is not None},
-                    },
-                    at=at,
-                )
+                data = {"channel": reply.channel, **credited}
+                data.update({k: v for k, v in fields.items() if v is not None})
+                if votes:
+                    data["votes"] = [f"{v.person}: {v.decision}" for v in votes]
+                self._append(db, request_id, "answered", reply.responder, data, at=at)
                 self._queue_retractions(db, request_id, at, silent)
-                fields = {name: outcome.get(name) for name in ("answer", "choice", "approved", "comment")}
-                fields.update(
+                update = {name: fields.get(name) for name in ("answer", "choice", "approved", "comment")}
+                update.update(
                     status=Status.ANSWERED,
                     closed_at=at,
                     responder=reply.responder,
                     channel=reply.channel,
                     person=reply.person,
+                    on_behalf_of=reply.on_behalf_of,
+                    votes=votes,
                 )
-                return Settled(True, current.model_copy(update=fields))  # what the UPDATE wrote
+                return Settled(True, current.model_copy(update=update))  # what the UPDATE wrote
 
         return await self._run(work)
+
+    @staticmethod
+    def _reply_row(
+        db: sqlite3.Connection, request_id: str, reply: Reply, at: float, won: bool, reason: str | None
+    ) -> None:
+        db.execute(
+            "INSERT INTO replies (request_id, channel, responder, text, choice, decision, comment,"
+            " received_at, won, reason, person, on_behalf_of, payload_sha256)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                request_id,
+                reply.channel,
+                reply.responder,
+                reply.text,
+                reply.choice,
+                reply.decision,
+                reply.comment,
+                at,
+                int(won),
+                reason,
+                reply.person,
+                reply.on_behalf_of,
+                reply.payload_sha256,
+            ),
+        )
 
     async def close_request(
         self,
@@ -1112,6 +1163,24 @@ def _split_sql(script: str) -> list[str]:
     return statements
 
 
+def _vote(reply: Reply, at: float) -> Vote:
+    """A reply as a quorum vote (a reply without a decision is refused before it gets here)."""
+    return Vote(
+        person=reply.person or "",
+        on_behalf_of=reply.on_behalf_of,
+        channel=reply.channel,
+        responder=reply.responder,
+        decision=reply.decision or "deny",
+        comment=(reply.comment or "").strip() or None,
+        at=at,
+        payload_sha256=reply.payload_sha256,
+    )
+
+
+def _votes_json(votes: Sequence[Vote]) -> str:
+    return json.dumps([v.model_dump(mode="json") for v in votes])
+
+
 def _request(row: sqlite3.Row) -> Request:
     body = json.loads(row["body"])
     approved = row["approved"]
@@ -1132,6 +1201,8 @@ def _request(row: sqlite3.Row) -> Request:
         responder=row["responder"],
         channel=row["channel"],
         person=row["person"],
+        on_behalf_of=row["on_behalf_of"],
+        votes=json.loads(row["votes"] or "[]"),
         **body,
     )
 
@@ -1179,6 +1250,9 @@ def _reply(row: sqlite3.Row) -> ReplyRow:
         received_at=row["received_at"],
         won=bool(row["won"]),
         reason=row["reason"],
+        person=row["person"],
+        on_behalf_of=row["on_behalf_of"],
+        payload_sha256=row["payload_sha256"],
     )
 
 

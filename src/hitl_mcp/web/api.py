@@ -88,7 +88,7 @@ async def reply(http: HttpRequest) -> Response:
         verdict = await resolve(broker, http.path_params["id"], given, not_found="no such request", api=True)
     except ReplyInvalid as exc:
         raise refuse(422, str(exc)) from None
-    if not verdict.won:
+    if not verdict.won and not verdict.counted:
         raise too_late(verdict.request, verdict.reason, api=True)
     return answered(verdict.request)
 

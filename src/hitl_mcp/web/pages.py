@@ -77,6 +77,7 @@ async def inbox(http: HttpRequest) -> Response:
         more=await broker.count_requests(Status.PENDING, pending[-1].id) if more else 0,
         paged=before is not None,
         notifications=await notification_feed(broker),
+        delegations=await broker.delegations_now(),
         answered=await broker.get(answered_id[:64]) if answered_id else None,
         **await page_context(http, "inbox"),
     )
@@ -146,7 +147,7 @@ async def answer(http: HttpRequest) -> Response:
         page = await request_context(broker, request, message, form)
         raise Problem(422, message, template="request.html", context=page, page="request") from None
     settled = verdict.request
-    if not verdict.won:
+    if not verdict.won and not verdict.counted:
         line = already_line(settled)
         raise too_late(settled, line, template="already.html", context={"request": settled, "line": line})
     if wants_json(http):
@@ -200,6 +201,16 @@ async def dismiss(http: HttpRequest) -> Response:
 
 
 @requires()
+async def end_delegation(http: HttpRequest) -> Response:
+    """End a run-time delegation (``hitl-mcp delegate --end`` from the inbox); audited."""
+    await read_post(http, "Not ended", stale="This form did not come from your inbox. Reload and try again.")
+    broker = await web(http).broker()
+    if not await broker.end_delegation(http.path_params["person"][:32], WEB_RESPONDER):
+        raise Problem(404, "There is no run-time delegation from that person.")
+    return RedirectResponse("/", status_code=303)
+
+
+@requires()
 async def history(http: HttpRequest) -> Response:
     broker = await web(http).broker()
     wanted = HistoryFilter.from_query(http.query_params)
@@ -230,4 +241,5 @@ routes: list[BaseRoute] = [
     Route("/history", history, methods=["GET"]),
     Route("/notifications/dismiss", dismiss, methods=["POST"]),
     Route("/notifications/{id}/dismiss", dismiss, methods=["POST"]),
+    Route("/delegations/{person}/end", end_delegation, methods=["POST"]),
 ]

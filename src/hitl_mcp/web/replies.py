@@ -66,6 +66,8 @@ async def request_detail(source: Any, request: Request) -> dict[str, Any]:
         {
             "channel": r.channel,
             "responder": r.responder,
+            "person": r.person,
+            "on_behalf_of": r.on_behalf_of,
             "text": r.text,
             "choice": r.choice,
             "decision": r.decision,
@@ -85,6 +87,8 @@ async def request_detail(source: Any, request: Request) -> dict[str, Any]:
 
 
 def success_message(request: Request) -> str:
+    if request.is_open and request.progress:  # a quorum's vote, counted: the request still waits
+        return f"Vote recorded ({request.progress}): {request.text}"
     if request.kind == Kind.APPROVAL:
         verb = "Approved" if request.approved else "Denied"
         return f"{verb}: {request.text}" + (f" ({request.comment})" if request.comment else "")
@@ -97,9 +101,13 @@ async def resolve(
     """The broker's verdict; an unknown id is a 404 ``Problem``. ``ReplyInvalid`` is left to the
     caller, which words it for its reader."""
     try:
-        return await broker.resolve(request_id, reply)
+        verdict = await broker.resolve(request_id, reply)
     except NotFound:
         raise Problem(404, not_found, api=api) from None
+    if not verdict.won and not verdict.counted and verdict.request.is_open:
+        # a quorum's vote that does not count (not an approver, already voted): the request waits
+        raise Problem(403, f"Your vote was not counted: {verdict.reason}.", api=api)
+    return verdict
 
 
 def answered(request: Request) -> JSONResponse:

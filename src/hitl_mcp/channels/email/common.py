@@ -100,6 +100,8 @@ def _looks_ours(headers: bytes) -> bool:
 
 
 def _outcome_words(request: Request) -> str:
+    if request.is_open and request.progress:  # a quorum's vote, counted
+        return f"your vote ({request.progress})"
     if request.kind == Kind.APPROVAL:
         return verdict(request.approved)
     return f"answered: {request.answer}"

@@ -13,7 +13,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from hitl_mcp.channels.base import Answered, ChannelConfig, Delivery, DeliveryError, allowed
+from hitl_mcp.channels.base import Answered, ChannelConfig, Counted, Delivery, DeliveryError, allowed
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.slack.api import _call, _require_sdk, _web_client
 from hitl_mcp.channels.slack.blocks import (
@@ -388,5 +388,6 @@ class SlackChannel(BaseChannel):
             await self._tell(where, user_id, "You are not allowed to answer this request.", thread)
             return
         outcome = await self.answer(request_id, Reply(channel=self.name, responder=who, **fields))
-        if not isinstance(outcome, Answered):  # the message itself shows the outcome once it is settled
+        # the message itself shows the outcome once it is settled; a quorum's vote is told at once
+        if not isinstance(outcome, Answered) or isinstance(outcome, Counted):
             await self._tell(where, user_id, outcome.words, thread)

@@ -9,7 +9,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from hitl_mcp.channels.base import Answered, Delivery, Invalid, Late, Unknown, allowed
+from hitl_mcp.channels.base import Answered, Counted, Delivery, Invalid, Late, Unknown, allowed
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.webhook import events
 from hitl_mcp.channels.webhook.config import MAX_BODY, Config
@@ -131,7 +131,8 @@ class WebhookChannel(BaseChannel):
         )
         match await self.answer(rid, reply):
             case Answered(request) as done:
-                said = {"ok": True, "outcome": "answered", "message": done.words, **_state(request)}
+                outcome = "counted" if isinstance(done, Counted) else "answered"  # a quorum's vote, or not
+                said = {"ok": True, "outcome": outcome, "message": done.words, **_state(request)}
                 return JSONResponse(said)
             case Late(request, reason) as late:
                 said = {"outcome": "late", "reason": reason, **_state(request)}

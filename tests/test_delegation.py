@@ -1,0 +1,288 @@
+"""Delegation: while a delegation is active, what would go to ``owner`` goes to ``backup``, and
+backup's answer is credited to backup on behalf of owner; its window starts and ends at the times
+written (no sleeps: the windows are placed around now); chains are bounded and loops refused; a
+delegate counts once in a quorum; ``hitl-mcp delegate`` sets, lists and ends one for every process on
+the store.
+
+Real broker and SQLite store with the kit's ``TestChannel``: owner is reached on ``mail`` only, backup
+on ``push`` only, so where a request went says who it went to.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hitl_mcp import delegation
+from hitl_mcp.broker import AskSpec, Broker
+from hitl_mcp.channels.base import Counted, Late
+from hitl_mcp.channels.testing import TestChannel
+from hitl_mcp.config import ConfigError, parse_config
+from hitl_mcp.delegation import MAX_HOPS, Delegation, chain_problem, delegate_of
+from hitl_mcp.escalation import Policy
+from hitl_mcp.models import Kind, Status, iso, now
+from hitl_mcp.quorum import Quorum
+from hitl_mcp.results import to_outcome
+from tests.conftest import cli, make_config, running
+from tests.support.harness import channel_broker
+from tests.test_inbox_pages import browser_like, csrf, form
+
+pytestmark = pytest.mark.anyio
+
+PEOPLE = {
+    "owner": {"mail": "owner@example.com"},
+    "backup": {"push": "BACKUP"},
+    "lead": {"push": "LEAD", "mail": "lead@example.com"},
+}
+
+
+def away(
+    frm: str = "owner", to: str = "backup", start: float | None = None, end: float | None = None
+) -> Delegation:
+    return Delegation.model_validate(
+        {"from": frm, "to": to, "from_time": start, "until": end or now() + 3600}
+    )
+
+
+def push(hub: Any) -> TestChannel:
+    return TestChannel("push", hub=hub)
+
+
+def mail(hub: Any) -> TestChannel:
+    return TestChannel("mail", hub=hub)
+
+
+def use(broker: Broker, *delegations: Delegation) -> tuple[TestChannel, TestChannel]:
+    broker.policy = Policy(
+        people=PEOPLE, types={"push": "testing", "mail": "testing"}, delegations=delegations
+    )
+    phone, inbox = broker.channels["push"], broker.channels["mail"]
+    assert isinstance(phone, TestChannel) and isinstance(inbox, TestChannel)
+    return phone, inbox
+
+
+async def test_the_window_starts_and_ends_when_written(tmp_path: Path) -> None:
+    t = now()
+    # pure: the same delegation before, during and after its window
+    policy = Policy(people=PEOPLE, types={"push": "testing", "mail": "testing"})
+    policy = Policy(**{**policy.__dict__, "delegations": [away(start=t + 100, end=t + 200)]})
+    assert policy.at(t + 99.9).channels_of(["owner"]) == ["mail"]
+    assert policy.at(t + 100).channels_of(["owner"]) == ["push"]
+    assert policy.at(t + 199.9).channels_of(["owner"]) == ["push"]
+    assert policy.at(t + 200).channels_of(["owner"]) == ["mail"]
+
+    async with channel_broker(tmp_path, push, mail) as broker:
+        # started a second ago: the request goes to backup, and the trail says why
+        use(broker, away(start=t - 1, end=t + 3600))
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Ship it?", to=["owner"]))
+        assert request.channels == ["push"] and request.to == ["owner"]
+        trail = [(row.event, row.data) for row in await broker.history.audit(request.id)]
+        assert ("delegated", {"person": "owner", "to": "backup"}) in trail
+        phone, _ = use(broker, away(start=t - 1, end=t + 3600))
+        await phone.reply(request.id, "BACKUP", text="yes")
+        settled = await broker.get_or_raise(request.id)
+        assert (settled.person, settled.on_behalf_of) == ("backup", "owner")
+        assert to_outcome(settled, 0).on_behalf_of == "owner"
+        answered = [row for row in await broker.history.audit(request.id) if row.event == "answered"]
+        assert answered[0].data["person"] == "backup" and answered[0].data["on_behalf_of"] == "owner"
+        (reply,) = await broker.history.replies(request.id)
+        assert (reply.person, reply.on_behalf_of) == ("backup", "owner")
+
+        # ended a second ago: owner is asked again, and a reply from backup is their own
+        use(broker, away(start=t - 3600, end=t - 1))
+        later, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="And now?", to=["owner"]))
+        assert later.channels == ["mail"]
+        assert "delegated" not in [row.event for row in await broker.history.audit(later.id)]
+        await phone.reply(later.id, "BACKUP", text="still me")
+        settled = await broker.get_or_raise(later.id)
+        assert (settled.person, settled.on_behalf_of) == ("backup", None)
+
+
+async def test_a_vote_is_credited_by_the_delegations_active_when_it_comes(tmp_path: Path) -> None:
+    async with channel_broker(tmp_path, push, mail) as broker:
+        phone, _ = use(broker, away())
+        two = Quorum(required=2, of=["owner", "lead"])
+        request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Rotate keys", approvals=two))
+        assert request.channels == ["push", "mail"]  # backup (for owner) on push, lead on both
+        # the delegation has ended by the time backup votes: backup is not an approver
+        use(broker, away(start=now() - 7200, end=now() - 1))
+        said = await phone.reply(request.id, "BACKUP", decision="approve")
+        assert isinstance(said, Late) and "backup is not one of the approvers" in said.reason
+        assert (await broker.get_or_raise(request.id)).votes == []
+
+
+async def test_a_delegate_counts_once_in_a_quorum(tmp_path: Path) -> None:
+    async with channel_broker(tmp_path, push, mail) as broker:
+        phone, inbox = use(broker, away())
+        # backup stands in for owner: backup's vote fills owner's seat, and owner cannot fill it again
+        two = Quorum(required=2, of=["owner", "lead"])
+        request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Rotate keys", approvals=two))
+        said = await phone.reply(request.id, "BACKUP", decision="approve", comment="for owner")
+        assert isinstance(said, Counted) and said.progress == "1 of 2 approvals — waiting for lead"
+        again = await phone.reply(request.id, "BACKUP", decision="approve")
+        assert isinstance(again, Late) and again.reason == "backup already voted"
+        owner = await inbox.reply(request.id, "owner@example.com", decision="approve")
+        assert isinstance(owner, Late) and owner.reason == "owner already voted (by backup)"
+        await inbox.reply(request.id, "lead@example.com", decision="approve")
+        settled = await broker.get_or_raise(request.id)
+        assert settled.status == Status.ANSWERED and settled.approved is True
+        votes = [(v.person, v.on_behalf_of) for v in to_outcome(settled, 0).votes or []]
+        assert votes == [("backup", "owner"), ("lead", None)]
+
+        # backup is an approver too, and owner's delegate: acting for both, backup counts once
+        both = Quorum(required=2, of=["backup", "owner", "lead"])
+        other, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Drop the cache", approvals=both))
+        assert isinstance(await phone.reply(other.id, "BACKUP", decision="approve"), Counted)
+        second = await phone.reply(other.id, "BACKUP", decision="approve")
+        assert isinstance(second, Late) and second.reason == "backup already voted"
+        stored = await broker.get_or_raise(other.id)
+        assert (
+            stored.status == Status.PENDING
+            and stored.progress == "1 of 2 approvals — waiting for owner or lead"
+        )
+
+
+def test_chains_are_bounded_and_loops_refused() -> None:
+    hops = [away(a, b) for a, b in zip("abcdefg", "bcdefg", strict=False)]
+    edges = {d.from_: d.to for d in hops}
+    assert delegate_of("a", edges) == ("f", ["b", "c", "d", "e"])  # five hops, no further
+    assert chain_problem(hops[:MAX_HOPS]) is None
+    assert (
+        chain_problem(hops) == "a chain of delegations is longer than 5 hops: a -> b -> c -> d -> e -> f -> g"
+    )
+    loop = [away("owner", "backup"), away("backup", "lead"), away("lead", "owner")]
+    assert chain_problem(loop) == "delegations form a loop: owner -> backup -> lead -> owner"
+    assert delegate_of("owner", {d.from_: d.to for d in loop}) == ("lead", ["backup"])  # stops before owner
+    # windows that do not overlap are not a loop: owner away in December, backup in January
+    apart = [away(end=now() + 100), away("backup", "owner", start=now() + 100, end=now() + 200)]
+    assert chain_problem(apart) is None
+
+
+def config_error(delegations: str) -> str:
+    text = textwrap.dedent("""
+        channels: {web: {type: web}}
+        people:
+          owner: {web: o}
+          backup: {web: b}
+        """) + textwrap.dedent(delegations)
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, source="hitl.yaml", env={})
+    return "\n".join(str(p) for p in [info.value, *info.value.more])
+
+
+def test_config_delegations_are_checked() -> None:
+    loop = config_error("""
+        delegations:
+          - {from: owner, to: backup, until: 2026-12-24}
+          - {from: backup, to: owner, from_time: "2026-12-20T09:00:00Z", until: 2026-12-26}
+        """)
+    assert loop == "hitl.yaml:7: delegations: delegations form a loop: owner -> backup -> owner"
+    assert "delegations[0]: owner cannot delegate to themselves" in config_error(
+        "delegations: [{from: owner, to: owner, until: 2026-12-24}]"
+    )
+    assert "delegations[0].to: unknown person 'carol'; people: owner, backup" in config_error(
+        "delegations: [{from: owner, to: carol, until: 2026-12-24}]"
+    )
+    assert "delegations[0]: until must come after from_time" in config_error(
+        "delegations: [{from: owner, to: backup, from_time: 2026-12-24, until: 2026-12-24}]"
+    )
+    assert "expected an ISO date or date-time" in config_error(
+        "delegations: [{from: owner, to: backup, until: next week}]"
+    )
+
+
+async def test_the_cli_sets_lists_and_ends_for_every_process(tmp_path: Path, state_dir: Path) -> None:
+    config = tmp_path / "hitl.yaml"
+    config.write_text(
+        textwrap.dedent("""
+        channels: {web: {type: web}}
+        people:
+          owner: {web: o}
+          backup: {web: b}
+          lead: {web: l}
+        """)
+    )
+    c = ["--config", str(config)]
+    code, out, err = await cli(state_dir, "delegate", "owner", "backup", "--until", "2099-01-01", *c)
+    assert code == 0, err
+    assert out.strip() == "delegated: owner -> backup until 2099-01-01T00:00:00.000Z"
+
+    # another process on the store (this test's broker) sends owner's requests to backup
+    db = state_dir / "hitl.sqlite3"
+    async with channel_broker(tmp_path, push, mail, db=db) as broker:
+        use(broker)
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Ship?", to=["owner"]))
+        assert request.channels == ["push"]
+        (stored,) = await delegation.stored(broker.store)
+        assert stored.set_by is not None and stored.set_by.endswith("(cli)")
+
+    code, out, err = await cli(state_dir, "delegate", "--list", *c)
+    assert code == 0, err
+    assert "owner -> backup  active  until 2099-01-01T00:00:00.000Z  (set by " in out
+
+    code, out, err = await cli(state_dir, "delegate", "backup", "owner", "--until", "2099-01-01", *c)
+    assert (
+        code == 1 and err.strip() == "hitl-mcp: refused: delegations form a loop: backup -> owner -> backup"
+    )
+    code, out, err = await cli(state_dir, "delegate", "owner", "carol", "--until", "2099-01-01", *c)
+    assert code == 1 and "unknown person 'carol'; people: owner, backup, lead" in err
+    code, out, err = await cli(state_dir, "delegate", "owner", "owner", "--until", "2099-01-01", *c)
+    assert code == 1 and "refused: owner cannot delegate to themselves" in err
+    code, out, err = await cli(state_dir, "delegate", "owner", "lead", "--until", "2000-01-01", *c)
+    assert code == 1 and "refused: until is in the past" in err
+
+    code, out, err = await cli(state_dir, "delegate", "--end", "owner", *c)
+    assert code == 0, err
+    assert out.strip() == "ended: owner no longer delegates to backup"
+    code, out, err = await cli(state_dir, "delegate", "--end", "owner", *c)
+    assert code == 1 and "no run-time delegation from 'owner'" in err
+
+    async with channel_broker(tmp_path, push, mail, db=db) as broker:
+        use(broker)
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Ship now?", to=["owner"]))
+        assert request.channels == ["mail"]
+        rows = [
+            (r.event, r.actor, r.data)
+            for r in await broker.history.audit()
+            if r.event.startswith("delegation")
+        ]
+    assert [(e, d) for e, _, d in rows] == [
+        ("delegation_set", {"from": "owner", "to": "backup", "until": iso(delegation.when("2099-01-01"))}),
+        ("delegation_ended", {"from": "owner", "to": "backup"}),
+    ]
+    assert all(actor and actor.endswith("(cli)") for _, actor, _ in rows)
+
+
+async def test_the_inbox_lists_the_delegations_active_now(state_dir: Path) -> None:
+    people = """
+people:
+  owner: {web: o}
+  backup: {web: b}
+  lead: {web: l}
+delegations:
+  - {from: owner, to: backup, until: 2099-01-01}
+  - {from: lead, to: backup, from_time: 2098-01-01, until: 2099-01-01}
+"""
+    async with running(state_dir, make_config(people)) as rt, browser_like(rt) as web:
+        broker = await rt.broker()
+        by_cli = away("backup", "lead", end=now() + 60).model_copy(update={"set_by": "ana (cli)"})
+        await delegation.store(broker.store, [by_cli])
+        page = (await web.get("/")).text
+        assert "owner → backup" in page and "backup → lead" in page
+        assert "lead → backup" not in page  # not started yet
+        # the run-time one can be ended from the inbox (with the form's CSRF token); the config's cannot
+        assert 'action="/delegations/backup/end"' in page and 'action="/delegations/owner/end"' not in page
+        forged = await web.post("/delegations/backup/end", data=form(None))
+        assert forged.status_code in (400, 403) and len(await delegation.stored(broker.store)) == 1
+        ended = await web.post("/delegations/backup/end", data=form(csrf(rt, web)))
+        assert ended.status_code == 303 and await delegation.stored(broker.store) == []
+        rows = [
+            (r.event, r.actor, r.data) for r in await broker.history.audit() if r.event == "delegation_ended"
+        ]
+        assert rows == [("delegation_ended", "web inbox user", {"from": "backup", "to": "lead"})]
+        again = await web.post("/delegations/owner/end", data=form(csrf(rt, web)))
+        assert again.status_code == 404
+        assert "backup → lead" not in (await web.get("/")).text
