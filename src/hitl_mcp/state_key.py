@@ -20,8 +20,12 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Annotated, Any
 
-__all__ = ["ENV", "STATE_KEY_FILE", "BadStateKey", "check_keys", "request_state_keys"]
+from pydantic import BeforeValidator, SecretStr
+from pydantic_core import PydanticCustomError
+
+__all__ = ["ENV", "STATE_KEY_FILE", "BadStateKey", "StateKey", "check_keys", "request_state_keys"]
 
 #: the request-state key's file in the state directory
 STATE_KEY_FILE = "request-state.key"
@@ -52,6 +56,22 @@ def check_keys(text: str) -> list[bytes]:
     if len(set(parts)) != len(parts):
         raise BadStateKey("the same key is listed twice")
     return [part.encode() for part in parts]
+
+
+def _valid(value: Any) -> Any:
+    """``server.request_state_key`` in the config: checked, with an error that never shows it."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, str):
+        try:
+            check_keys(value)
+        except BadStateKey as exc:
+            raise PydanticCustomError("request_state_key", str(exc)) from None
+    return value
+
+
+#: the config's type for it (``config.models.ServerConfig.request_state_key``)
+StateKey = Annotated[SecretStr | None, BeforeValidator(_valid)]
 
 
 def request_state_keys(

@@ -35,6 +35,7 @@ from hitl_mcp.config.escalation import LadderConfig, Person
 from hitl_mcp.delegation import Delegation, chain_problem
 from hitl_mcp.durations import DAY, HOUR, bounded
 from hitl_mcp.quorum import Quorum
+from hitl_mcp.state_key import StateKey
 
 
 class _Section(BaseModel):
@@ -142,9 +143,8 @@ class ServerConfig(_Section):
     this, with the MCP client's ``clientInfo.name``."""
     audit_anchor: AuditAnchorConfig = Field(default_factory=AuditAnchorConfig)
     cli: CliConfig = Field(default_factory=CliConfig)
-    request_state_key: SecretStr | None = None
-    """The key that seals 2026-07-28 round-trip state; the same on every replica (else
-    ``$HITL_REQUEST_STATE_KEY``, else ``request-state.key`` in the state directory)."""
+    request_state_key: StateKey = None
+    """Seals 2026-07-28 round-trip state, the same on every replica (``state_key.py``)."""
 
     @field_validator("public_url", mode="before")
     @classmethod
@@ -188,20 +188,6 @@ class ServerConfig(_Section):
                 "expected 'sqlite' or a PostgreSQL URL such as postgresql://user:password@host:5432/hitl",
             )
         return value.strip()
-
-    @field_validator("request_state_key", mode="before")
-    @classmethod
-    def _check_request_state_key(cls, value: Any) -> Any:
-        from hitl_mcp.state_key import BadStateKey, check_keys
-
-        if value in (None, ""):
-            return None
-        if isinstance(value, str):
-            try:
-                check_keys(value)
-            except BadStateKey as exc:  # the message never shows the key
-                raise PydanticCustomError("request_state_key", str(exc)) from None
-        return value
 
     @field_validator("log_level", mode="before")
     @classmethod
