@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 
 from hitl_mcp.asks import AskDefaults, AskSpec
+from hitl_mcp.broker_rules import BrokerRules
 from hitl_mcp.broker_views import BrokerViews
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.config.escalation import LadderConfig
@@ -70,7 +71,7 @@ SWEEP_SECONDS = 30.0
 OnTick = Callable[[float], Awaitable[None]]
 
 
-class Broker(BrokerViews):
+class Broker(BrokerRules, BrokerViews):
     def __init__(
         self,
         store: Engine,
@@ -113,8 +114,9 @@ class Broker(BrokerViews):
             task_status.started()
 
     async def _expire_round(self) -> None:
-        for request_id in await self.store.due_expiries(now()):
-            await self.expire(request_id)
+        if await self.paused() is None:  # while paused, deadlines wait (resume pushes them back)
+            for request_id in await self.store.due_expiries(now()):
+                await self.expire(request_id)
         upcoming = await self.store.next_expiry()
         delay = SWEEP_SECONDS if upcoming is None else min(max(upcoming - now(), 0.05), SWEEP_SECONDS)
         with anyio.move_on_after(delay):
@@ -188,11 +190,15 @@ class Broker(BrokerViews):
 
     async def ask(self, spec: AskSpec) -> tuple[Request, bool]:
         """Store the request, queue its deliveries and schedule its escalation steps, or re-attach to
-        the one it repeats."""
+        the one it repeats. A new approval meets the gate first (``broker_rules``): while paused it is
+        denied at once, and one a remembered rule covers is approved by the rule, with no one asked."""
         channels, ladder = self.route(spec)
+        gate = await self.gate(spec)
         created_at = now()
         timeout = spec.timeout_seconds or self.defaults.timeouts.get(spec.kind)
         steps = [] if ladder is None else self.policy.plan(ladder, created_at, timeout)
+        if gate is not None:
+            channels, steps = [], []  # settled below, before anyone is sent it
         if ladder is not None and ladder.on_timeout == "keep_pending":
             timeout = None  # never expires; the window only placed the `at` steps
         allow_free_text = spec.allow_free_text if spec.allow_free_text is not None else not spec.choices
@@ -226,6 +232,8 @@ class Broker(BrokerViews):
             raise BrokerError(
                 "idempotency_key already used for a different request; use a new key for a new request"
             ) from None
+        if gate is not None:
+            return await self.gated(stored, created, gate), created
         if created:
             self.outbox.kick()
             self._expiry_wake.set()
@@ -275,7 +283,10 @@ class Broker(BrokerViews):
                 until_expiry = None if request.expires_at is None else request.expires_at - now()
                 if until_expiry is not None and until_expiry <= 0:
                     try:
-                        return await self.expire(request_id)
+                        request = await self.expire(request_id)
+                        if request.status != Status.PENDING:
+                            return request
+                        until_expiry = EXPIRY_RETRY_SECONDS  # paused: look again in a while
                     except Exception as exc:  # the store is busy or failing: the sweep retries it
                         log.warning(
                             "hitl-mcp: expiring %s failed (%s); still waiting", request_id, reason(exc)
@@ -342,8 +353,9 @@ class Broker(BrokerViews):
         return settled.request
 
     async def expire(self, request_id: str) -> Request:
+        """Expire a due request; while approvals are paused, deadlines wait and it stays pending."""
         request = await self.get_or_raise(request_id)
-        if request.status != Status.PENDING:
+        if request.status != Status.PENDING or await self.paused() is not None:
             return request
         outcome = expiry_outcome(request)
         settled = await self.store.close_request(

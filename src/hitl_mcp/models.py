@@ -168,6 +168,10 @@ class Outcome(BaseModel):
     person: str | None = Field(
         None, description="The person (from the server's config) who answered, when the responder is one."
     )
+    rule: int | None = Field(
+        None,
+        description="For an approval a remembered rule answered: the rule's id (no person was asked this time).",
+    )
     asked_at: str
     answered_at: str | None = None
     waited_seconds: float = Field(description="How long this call waited.")

@@ -6,6 +6,7 @@ from mcp.types import CallToolResult, TextContent
 
 from hitl_mcp.durations import format_duration
 from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, Status, iso, now
+from hitl_mcp.rules import rule_of
 from hitl_mcp.wording import verdict
 
 __all__ = ["describe", "describe_notification", "format_duration", "to_outcome", "tool_result"]
@@ -29,6 +30,7 @@ def to_outcome(
         responder=request.responder,
         channel=request.channel,
         person=request.person,
+        rule=rule_of(request.responder, request.channel) if request.kind == Kind.APPROVAL else None,
         asked_at=iso(request.created_at) or "",
         answered_at=iso(request.closed_at),
         waited_seconds=round(waited_seconds, 3),
@@ -97,6 +99,10 @@ def describe(outcome: Outcome, request: Request) -> str:
             f"Still waiting for a reply to request {request.id} (sent via {', '.join(request.channels)}); "
             f"waited {format_duration(outcome.waited_seconds)} in this call.{left}"
         )
+    elif outcome.rule is not None:
+        head = f"Approved by remembered rule {outcome.rule} ({outcome.comment}); no person was asked this time."
+        if outcome.payload_sha256:
+            head += f" Payload SHA-256: {outcome.payload_sha256}."
     elif outcome.status == Status.ANSWERED and request.kind == Kind.APPROVAL:
         head = f"{verdict(outcome.approved).capitalize()}{who}{via}.{comment}"
         if outcome.approved and outcome.payload_sha256:
@@ -109,6 +115,10 @@ def describe(outcome: Outcome, request: Request) -> str:
             head += " It is NOT approved."
         elif outcome.answer is not None:
             head += f' The default answer applies: "{outcome.answer}".'
+    elif request.kind == Kind.APPROVAL and request.responder is None and (request.comment or "").startswith(
+        "paused by "
+    ):
+        head = f"Request {request.id} was not asked: approvals are {request.comment}. It is NOT approved."
     else:
         head = f"Request {request.id} was cancelled.{comment}"
     return f"{head}\nNext step: {outcome.next_step}"
