@@ -32,6 +32,7 @@ from hitl_mcp.cli_requests import (
     run,
 )
 from hitl_mcp.cli_requests import config_and_state as _config
+from hitl_mcp import cli_rules
 from hitl_mcp.gate import cli as gate_cli
 from hitl_mcp.terminal import visible
 
@@ -165,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["verify", "head"])
     p.add_argument("--anchor", help="the anchors to check against (default: audit.anchor in the state dir)")
 
+    cli_rules.add_commands(command, common)
     gate_cli.add_proxy(command("proxy", gate_cli.cmd_proxy, "put another MCP server's tools behind approval"))
     gate_cli.add_hook(command("hook", gate_cli.cmd_hook, "answer a host's permission prompt from a hook"))
     return parser
