@@ -81,7 +81,9 @@ class BrokerRules:
             raise BrokerError("approvals are not paused")
         await self.store.set_state(STATE_CHANNEL, PAUSE_KEY, "")
         seconds = max(0.0, now() - current.at)
-        moved = await self.store.push_expiries(seconds, actor, {"paused_by": current.by, "reason": current.reason})
+        moved = await self.store.push_expiries(
+            seconds, actor, {"paused_by": current.by, "reason": current.reason}
+        )
         return seconds, moved
 
     # --- remembered answers ------------------------------------------------------------------
@@ -165,7 +167,9 @@ class BrokerRules:
             if request.status != Status.PENDING:
                 return request
             comment = f"remembered rule {gate.id}, added by {gate.created_by}"
-            reply = Reply(channel=RULE_CHANNEL, responder=f"rule {gate.id}", decision="approve", comment=comment)
+            reply = Reply(
+                channel=RULE_CHANNEL, responder=f"rule {gate.id}", decision="approve", comment=comment
+            )
             settled = await self.store.resolve(
                 request.id, reply, {"approved": True, "comment": comment}, expiry_outcome(request), silent
             )

@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from hitl_mcp import __version__
+from hitl_mcp import __version__, cli_rules
 from hitl_mcp.cli_requests import (
     CliError,
     cmd_answer,
@@ -32,7 +32,6 @@ from hitl_mcp.cli_requests import (
     run,
 )
 from hitl_mcp.cli_requests import config_and_state as _config
-from hitl_mcp import cli_rules
 from hitl_mcp.gate import cli as gate_cli
 from hitl_mcp.terminal import visible
 

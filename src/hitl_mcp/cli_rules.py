@@ -19,7 +19,9 @@ def actor() -> str:
 
 
 def add_commands(command: Command, common: Callable[[argparse.ArgumentParser], None]) -> None:
-    p = command("rules", cmd_rules, "list, add or revoke remembered answers (rules that approve without asking)")
+    p = command(
+        "rules", cmd_rules, "list, add or revoke remembered answers (rules that approve without asking)"
+    )
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     listing = verbs.add_parser("list", help="every rule: who added it, when, expiry, uses left, times fired")
     listing.add_argument("--json", action="store_true", help="print JSON")
@@ -28,7 +30,9 @@ def add_commands(command: Command, common: Callable[[argparse.ArgumentParser], N
     revoke.add_argument("id", type=int, help="the rule's id (hitl-mcp rules list)")
     add = verbs.add_parser("add", help="add a rule (see docs/rules.md for what it matches)")
     add.add_argument("--agent", required=True, help="the agent (client identity) it answers for, or *")
-    add.add_argument("--tool", required=True, help="a glob on the tool name (or the approval's title or text)")
+    add.add_argument(
+        "--tool", required=True, help="a glob on the tool name (or the approval's title or text)"
+    )
     add.add_argument(
         "--arguments",
         default="null",
@@ -36,12 +40,16 @@ def add_commands(command: Command, common: Callable[[argparse.ArgumentParser], N
     )
     add.add_argument("--hours", type=float, help="expires after this many hours (default 24 without --uses)")
     add.add_argument("--uses", type=int, help="fires at most this many times")
-    add.add_argument("--high-risk", action="store_true", help="may also approve risk: high calls (asks to confirm)")
+    add.add_argument(
+        "--high-risk", action="store_true", help="may also approve risk: high calls (asks to confirm)"
+    )
     add.add_argument("--yes", action="store_true", help="confirm --high-risk without asking")
     for shared in (listing, revoke, add):
         common(shared)
 
-    p = command("pause", cmd_pause, "kill switch: deny new approvals at once and freeze deadlines until resume")
+    p = command(
+        "pause", cmd_pause, "kill switch: deny new approvals at once and freeze deadlines until resume"
+    )
     common(p)
     p.add_argument("--reason", default="", help="said in every approval denied meanwhile")
     p = command("resume", cmd_resume, "end the pause: push pending deadlines back by the time paused")
@@ -110,12 +118,17 @@ def print_rules(rules: list[Any], as_json: bool, at: float) -> None:
             left.append(format_duration(r.expires_at - at))
         if r.uses_left is not None:
             left.append(f"{r.uses_left} uses")
-        what = f"{unescape(r.tool)} with {pattern_words(r.arguments)}" + (" (high risk too)" if r.high_risk else "")
+        what = f"{unescape(r.tool)} with {pattern_words(r.arguments)}" + (
+            " (high risk too)" if r.high_risk else ""
+        )
         print(
             f"{r.id:>4}  {state:<8} {r.fired:>5}  {', '.join(left) or '-':<14} {one_line(r.agent)[:20]:<20} "
             f"{one_line(what)}"
         )
-        print(f"{'':>6}added by {one_line(r.created_by)}" + (f"; revoked by {one_line(r.revoked_by)}" if r.revoked_by else ""))
+        print(
+            f"{'':>6}added by {one_line(r.created_by)}"
+            + (f"; revoked by {one_line(r.revoked_by)}" if r.revoked_by else "")
+        )
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
@@ -127,7 +140,9 @@ def cmd_pause(args: argparse.Namespace) -> int:
                 pause = await broker.pause(actor(), args.reason)
             except BrokerError as exc:
                 raise CliError(str(exc)) from None
-        print(f"approvals {pause.words}: new ones are denied at once and deadlines wait until hitl-mcp resume")
+        print(
+            f"approvals {pause.words}: new ones are denied at once and deadlines wait until hitl-mcp resume"
+        )
         return 0
 
     return run(go)

@@ -170,7 +170,7 @@ class Outcome(BaseModel):
     )
     rule: int | None = Field(
         None,
-        description="For an approval a remembered rule answered: the rule's id (no person was asked this time).",
+        description="For an approval a remembered rule answered: the rule's id (no person was asked).",
     )
     asked_at: str
     answered_at: str | None = None

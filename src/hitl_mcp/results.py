@@ -100,7 +100,9 @@ def describe(outcome: Outcome, request: Request) -> str:
             f"waited {format_duration(outcome.waited_seconds)} in this call.{left}"
         )
     elif outcome.rule is not None:
-        head = f"Approved by remembered rule {outcome.rule} ({outcome.comment}); no person was asked this time."
+        head = (
+            f"Approved by remembered rule {outcome.rule} ({outcome.comment}); no person was asked this time."
+        )
         if outcome.payload_sha256:
             head += f" Payload SHA-256: {outcome.payload_sha256}."
     elif outcome.status == Status.ANSWERED and request.kind == Kind.APPROVAL:
@@ -115,8 +117,10 @@ def describe(outcome: Outcome, request: Request) -> str:
             head += " It is NOT approved."
         elif outcome.answer is not None:
             head += f' The default answer applies: "{outcome.answer}".'
-    elif request.kind == Kind.APPROVAL and request.responder is None and (request.comment or "").startswith(
-        "paused by "
+    elif (
+        request.kind == Kind.APPROVAL
+        and request.responder is None
+        and (request.comment or "").startswith("paused by ")
     ):
         head = f"Request {request.id} was not asked: approvals are {request.comment}. It is NOT approved."
     else:

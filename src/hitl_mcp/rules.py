@@ -38,7 +38,11 @@ ANY_AGENT = "*"
 
 def subject(text: str, title: str | None, payload: Any) -> tuple[str, Any]:
     """What a rule matches an approval on: (the tool, the arguments)."""
-    if isinstance(payload, dict) and set(payload) == {"tool", "arguments"} and isinstance(payload["tool"], str):
+    if (
+        isinstance(payload, dict)
+        and set(payload) == {"tool", "arguments"}
+        and isinstance(payload["tool"], str)
+    ):
         return payload["tool"], payload["arguments"]
     return title or text, payload
 
@@ -53,10 +57,16 @@ def check_pattern(pattern: Any) -> Any:
     if "match" in pattern:
         conditions = pattern["match"]
         if not isinstance(conditions, dict) or not conditions:
-            raise ValueError(f'"match" takes an object of argument conditions; an argument pattern is {valid}')
+            raise ValueError(
+                f'"match" takes an object of argument conditions; an argument pattern is {valid}'
+            )
         for name, condition in conditions.items():
-            if isinstance(condition, dict) and (set(condition) != {"glob"} or not isinstance(condition["glob"], str)):
-                raise ValueError(f'the condition on {name!r} is an object: it must be {{"glob": "<pattern>"}}')
+            if isinstance(condition, dict) and (
+                set(condition) != {"glob"} or not isinstance(condition["glob"], str)
+            ):
+                raise ValueError(
+                    f'the condition on {name!r} is an object: it must be {{"glob": "<pattern>"}}'
+                )
     return pattern
 
 

@@ -1056,9 +1056,18 @@ class SqliteStore:
         def work(db: sqlite3.Connection) -> Any:
             with _transaction(db):
                 row = db.execute(
-                    "INSERT INTO rules (agent, tool, arguments, high_risk, created_by, created_at, expires_at,"
-                    " uses_left) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
-                    (agent, tool, json.dumps(arguments), int(high_risk), created_by, at, expires_at, uses_left),
+                    "INSERT INTO rules (agent, tool, arguments, high_risk, created_by, created_at,"
+                    " expires_at, uses_left) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+                    (
+                        agent,
+                        tool,
+                        json.dumps(arguments),
+                        int(high_risk),
+                        created_by,
+                        at,
+                        expires_at,
+                        uses_left,
+                    ),
                 ).fetchone()
                 rule = _rule(row)
                 data = {
@@ -1129,7 +1138,9 @@ class SqliteStore:
                     " WHERE status = 'pending' AND expires_at IS NOT NULL",
                     (seconds,),
                 ).rowcount
-                self._append(db, None, "resumed", actor, {**data, "pushed_seconds": seconds, "requests": moved})
+                self._append(
+                    db, None, "resumed", actor, {**data, "pushed_seconds": seconds, "requests": moved}
+                )
                 return moved
 
         return await self._run(work)
