@@ -31,7 +31,9 @@ from hitl_mcp.store.base import RuleRow
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.conftest import (
     TOKEN,
+    api_client,
     free_port,
+    make_config,
     running,
     sc,
     serve_args,
@@ -349,3 +351,64 @@ async def test_a_high_risk_rule_from_the_form_needs_its_confirmation(state_dir: 
             assert r.status_code == 303
         (rule,) = await broker.rules()
         assert rule.high_risk and (await broker.get_or_raise(risky.id)).approved is True
+
+
+# ------------------------------------------------------------------------------ one tap in a chat
+
+
+async def test_slack_approve_and_remember_makes_the_default_rule(
+    state_dir: Path, slack_standin: tuple[Any, str]
+) -> None:
+    from tests.support.slack import sign
+    from tests.test_slack import SAM, buttons, delivered, form, http_config
+
+    stand, url = slack_standin
+    async with running(state_dir, make_config(http_config(url))) as rt, api_client(rt) as api:
+        broker = await rt.broker()
+        request, _ = await broker.ask(approval(channels=["slack"]))
+        risky, _ = await broker.ask(approval(text="Drop it", risk="high", channels=["slack"]))
+        assert "approve_remember" not in buttons(await delivered(stand, broker, risky))
+        body = form(stand.click(await delivered(stand, broker, request), SAM, "approve_remember"))
+        response = await api.post("/webhooks/slack/interactivity", content=body, headers=sign(body))
+        assert response.status_code == 200
+        done = await broker.wait(request.id, 10)
+        assert done.approved is True and done.responder == "@sam (U0SAM)"
+        (rule,) = await broker.rules()
+        assert (rule.agent, rule.tool, rule.arguments, rule.high_risk) == (
+            "bot",
+            "Deploy v3",
+            {"exact": {"tag": "v3"}},
+            False,
+        )
+        assert rule.created_by == "@sam (U0SAM) via slack" and rule.uses_left is None
+        assert rule.expires_at is not None and abs(rule.expires_at - now() - 24 * 3600) < 60
+        again, _ = await broker.ask(approval(channels=["slack"], idempotency_key="again"))
+        assert again.responder == f"rule {rule.id}" and again.approved is True
+
+
+async def test_telegram_approve_and_remember_makes_the_default_rule(tmp_path: Path) -> None:
+    from tests.support.harness import channel_broker
+    from tests.support.serve import serving
+    from tests.support.telegram_standin import SAM, TelegramStandin
+    from tests.test_telegram import delivered, tg, tg_config
+
+    stand = TelegramStandin()
+    async with serving(stand.app) as url, channel_broker(tmp_path, tg(tg_config(url))) as broker:
+        try:
+            request, _ = await broker.ask(approval())
+            message = await delivered(stand, broker, request)
+            stand.press(message, "🔁 Approve & remember 24 h", SAM)
+            done = await broker.wait(request.id, 10)
+            assert done.approved is True and done.channel == "telegram"
+            (rule,) = await broker.rules()
+            assert (rule.tool, rule.arguments, rule.high_risk) == (
+                "Deploy v3",
+                {"exact": {"tag": "v3"}},
+                False,
+            )
+            assert rule.created_by == "@sam (1001) via telegram"
+            risky, _ = await broker.ask(approval(text="Drop it", risk="high"))
+            labels = [b["text"] for b in (await delivered(stand, broker, risky)).buttons()]
+            assert labels == ["✅ Approve", "⛔ Deny"]  # no one-tap rule for high risk
+        finally:
+            stand.close()

@@ -335,6 +335,8 @@ class Broker(BrokerRules, BrokerViews):
             raise NotFound(f"no request with id {request_id!r}")
         if settled.won or settled.request.status != request.status:
             self._settled(settled.request)
+        if settled.won and reply.remember:
+            await self.remember(settled.request, reply)
         reason = "" if settled.won else already(settled.request)
         return Settled(settled.won, settled.request, reason)
 

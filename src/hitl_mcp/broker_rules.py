@@ -24,7 +24,7 @@ from hitl_mcp.errors import BrokerError
 from hitl_mcp.models import Kind, Reply, Request, Status, now
 from hitl_mcp.outbox import silent_channels
 from hitl_mcp.outcomes import expiry_outcome
-from hitl_mcp.rules import DEFAULT_HOURS, RULE_CHANNEL, check_pattern, matches, subject
+from hitl_mcp.rules import DEFAULT_HOURS, RULE_CHANNEL, check_pattern, exactly, matches, subject
 from hitl_mcp.store.base import RuleRow, Store
 
 #: where the pause lives in the store's state (a name no channel may have: channel names are words)
@@ -123,6 +123,16 @@ class BrokerRules:
             expires_at=None if hours is None else now() + hours * 3600,
             uses_left=uses,
             request_id=request_id,
+        )
+
+    async def remember(self, request: Request, reply: Reply) -> RuleRow | None:
+        """A one-tap "Approve & remember" (Slack, Telegram) that approved ``request``: keep the default
+        rule for it. Never one that approves high risk (that takes the inbox's form or the CLI)."""
+        if request.kind != Kind.APPROVAL or not request.approved or request.risk == "high":
+            return None
+        who = reply.person or reply.responder
+        return await self.add_rule(
+            **exactly(request), created_by=f"{who} via {reply.channel}", request_id=request.id
         )
 
     async def rules(self, live: bool = False) -> list[RuleRow]:

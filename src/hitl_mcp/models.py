@@ -149,6 +149,9 @@ class Reply(BaseModel):
     comment: str | None = None
     person: str | None = None
     """The person (config ``people``) this channel identity belongs to: set by the broker, not channels."""
+    remember: bool | None = None
+    """An "Approve & remember" button: once this approval wins, the broker keeps the default rule for
+    it (``rules.exactly``: this agent, this tool, these exact arguments, 24 h); never for high risk."""
 
 
 class Outcome(BaseModel):
