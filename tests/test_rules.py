@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 from mcp import Client
@@ -28,7 +27,6 @@ from hitl_mcp.broker import Broker
 from hitl_mcp.models import Kind, Status, now
 from hitl_mcp.rules import check_pattern, exactly, matches, subject
 from hitl_mcp.store.base import RuleRow
-from hitl_mcp.store.sqlite import SqliteStore
 from tests.conftest import (
     TOKEN,
     api_client,
@@ -152,39 +150,6 @@ async def test_a_rule_expires(state_dir: Path, monkeypatch: pytest.MonkeyPatch) 
         monkeypatch.setattr(broker_rules, "now", clock)
         on_time, _ = await broker.ask(approval(channels=["web"], idempotency_key="k"))
         assert on_time.approved is True
-
-
-async def test_uses_run_out_exactly_across_two_connections(tmp_path: Path) -> None:
-    one, two = SqliteStore(tmp_path / "db.sqlite3"), SqliteStore(tmp_path / "db.sqlite3")
-    await one.open()
-    await two.open()
-    try:
-        rule = await one.add_rule(
-            agent="*",
-            tool="*",
-            arguments=None,
-            high_risk=False,
-            created_by="me",
-            expires_at=None,
-            uses_left=5,
-        )
-        fired: list[RuleRow | None] = []
-
-        async def fire(store: SqliteStore) -> None:
-            for _ in range(10):
-                fired.append(await store.fire_rule(rule.id, now()))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(fire, one)
-            tg.start_soon(fire, two)
-        used = [f for f in fired if f is not None]
-        assert len(used) == 5 and sorted(f.uses_left or 0 for f in used) == [0, 1, 2, 3, 4]
-        (final,) = await two.rules()
-        assert (final.fired, final.uses_left, final.live(now())) == (5, 0, False)
-        assert await one.rules(now()) == []
-    finally:
-        await one.close()
-        await two.close()
 
 
 def test_what_a_rule_matches() -> None:
