@@ -152,6 +152,36 @@ async def test_a_rule_expires(state_dir: Path, monkeypatch: pytest.MonkeyPatch) 
         assert on_time.approved is True
 
 
+async def test_a_repeat_spends_no_use_and_a_rule_that_ran_out_meanwhile_withdraws_the_ask(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running(state_dir) as rt:
+        broker = await rt.broker()
+        rule = await broker.add_rule(agent="bot", tool="Deploy v3", arguments=None, created_by="me", uses=2)
+        first, created = await broker.ask(approval(channels=["web"], idempotency_key="k"))
+        again, created_again = await broker.ask(approval(channels=["web"], idempotency_key="k"))
+        assert (created, created_again, again.id, again.responder) == (
+            True,
+            False,
+            first.id,
+            f"rule {rule.id}",
+        )
+        (after,) = await broker.rules()
+        assert (after.fired, after.uses_left) == (1, 1)  # the repeat found it answered: no use spent
+
+        # another process takes the last use between this ask's match and its firing
+        stale = await broker.store.rules(now())
+        assert await broker.store.fire_rule(rule.id, now()) is not None
+
+        async def matched_before(live_at: float | None = None) -> list[RuleRow]:
+            return stale
+
+        monkeypatch.setattr(broker.store, "rules", matched_before)
+        late, _ = await broker.ask(approval(channels=["web"], idempotency_key="late"))
+        assert (late.status, late.approved, late.channels) == (Status.CANCELLED, False, [])
+        assert late.comment is not None and "ran out" in late.comment and "ask again" in late.comment
+
+
 def test_what_a_rule_matches() -> None:
     def rule(tool: str, arguments: Any, agent: str = "bot") -> RuleRow:
         return RuleRow(1, agent, tool, check_pattern(arguments), False, "me", 0, None, None, 0, None, None)

@@ -6,10 +6,13 @@ and settled at once, as cancelled with ``approved: false`` and the comment "paus
 every pending request's expiry is pushed back by the time paused. Questions and notifications still
 flow. The pause is store state (``_hitl``/``paused``), so every process on the database sees it.
 
-A **rule** (``rules.py``) that covers a new approval answers it: one use of the rule is spent first
-(``store.fire_rule``, atomic across processes), then the request is stored with no channel to send to
-and settled as approved by ``rule <id>`` via ``rule``, with a ``rule_fired`` audit row naming the rule
-and who made it.
+A **rule** (``rules.py``) that covers a new approval answers it: the request is stored with no channel
+to send to, then one use of the rule is spent (``store.fire_rule``, atomic across processes) and the
+request settled as approved by ``rule <id>`` via ``rule``, with a ``rule_fired`` audit row naming the
+rule and who made it. A repeat (an idempotency key, or the same pending ask) spends a use only if it
+finds its request pending; one that finds it settled spends none. In the rare race where every
+matching rule ran out between the match and the firing, the new request is withdrawn with a comment
+saying so, and the agent asks again (a person, this time).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 from hitl_mcp.asks import AskSpec
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.errors import BrokerError
-from hitl_mcp.models import Kind, Reply, Request, Status, now
+from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now
 from hitl_mcp.outbox import silent_channels
 from hitl_mcp.outcomes import expiry_outcome
 from hitl_mcp.rules import DEFAULT_HOURS, RULE_CHANNEL, check_pattern, exactly, matches, subject
@@ -44,7 +47,17 @@ class Pause:
         return f"paused by {self.by}" + (f": {self.reason}" if self.reason else "")
 
 
-Gate = Pause | RuleRow
+@dataclass(frozen=True)
+class Remembered:
+    """The live rules that match a new approval, newest first: the first that still has a use fires."""
+
+    rules: list[RuleRow]
+
+
+Gate = Pause | Remembered
+
+#: what a new approval says when the rules that matched it ran out before one could fire
+RAN_OUT = "not asked: the remembered rule that matched it ran out as it was asked; ask again"
 
 
 class BrokerRules:
@@ -147,7 +160,7 @@ class BrokerRules:
     # --- the gate in front of a new approval --------------------------------------------------
 
     async def gate(self, spec: AskSpec) -> Gate | None:
-        """For an approval: the pause, or a rule that covers it (one of its uses already spent)."""
+        """For an approval: the pause, or the rules that cover it (none fired yet)."""
         if spec.kind != Kind.APPROVAL:
             return None
         pause = await self.paused()
@@ -155,16 +168,12 @@ class BrokerRules:
             return pause
         at = now()
         tool, arguments = subject(spec.text, spec.title, spec.payload)
-        for rule in await self.store.rules(at):
-            if matches(rule, spec.owner, tool, arguments, spec.risk):
-                fired = await self.store.fire_rule(rule.id, at)
-                if fired is not None:
-                    return fired
-        return None
+        found = [r for r in await self.store.rules(at) if matches(r, spec.owner, tool, arguments, spec.risk)]
+        return Remembered(found) if found else None
 
     async def gated(self, request: Request, created: bool, gate: Gate) -> Request:
         """Settle the approval ``gate`` stopped: denied by the pause (a new one only), or approved by
-        the rule (a new one, or the pending one it repeats)."""
+        a rule (a new one, or the pending one it repeats)."""
         silent = silent_channels(self.channels)
         if isinstance(gate, Pause):
             if not created:
@@ -175,25 +184,37 @@ class BrokerRules:
             )
         else:
             if request.status != Status.PENDING:
-                return request
-            comment = f"remembered rule {gate.id}, added by {gate.created_by}"
-            reply = Reply(
-                channel=RULE_CHANNEL, responder=f"rule {gate.id}", decision="approve", comment=comment
-            )
-            settled = await self.store.resolve(
-                request.id, reply, {"approved": True, "comment": comment}, expiry_outcome(request), silent
-            )
-            if settled is not None and settled.won:
-                await self.store.record(
-                    request.id,
-                    "rule_fired",
-                    f"rule {gate.id}",
-                    {"rule": gate.id, "created_by": gate.created_by, "uses_left": gate.uses_left},
+                return request  # a repeat of a settled request: no use spent
+            fired = None
+            for rule in gate.rules:
+                fired = await self.store.fire_rule(rule.id, now())
+                if fired is not None:
+                    break
+            if fired is None:
+                if not created:
+                    return request  # the pending one it repeats was sent to people: they answer it
+                outcome = {"approved": False, "comment": RAN_OUT}
+                settled = await self.store.close_request(
+                    request.id, Status.CANCELLED, "rule", outcome, expiry_outcome(request), silent
                 )
+            else:
+                settled = await self._answer_by_rule(request, fired)
         assert settled is not None
         if settled.won:
             self._settled(settled.request)
         return settled.request
 
+    async def _answer_by_rule(self, request: Request, rule: RuleRow) -> Settled | None:
+        comment = f"remembered rule {rule.id}, added by {rule.created_by}"
+        reply = Reply(channel=RULE_CHANNEL, responder=f"rule {rule.id}", decision="approve", comment=comment)
+        outcome = {"approved": True, "comment": comment}
+        settled = await self.store.resolve(
+            request.id, reply, outcome, expiry_outcome(request), silent_channels(self.channels)
+        )
+        if settled is not None and settled.won:
+            data = {"rule": rule.id, "created_by": rule.created_by, "uses_left": rule.uses_left}
+            await self.store.record(request.id, "rule_fired", f"rule {rule.id}", data)
+        return settled
 
-__all__ = ["BrokerRules", "Gate", "Pause"]
+
+__all__ = ["BrokerRules", "Gate", "Pause", "Remembered"]
