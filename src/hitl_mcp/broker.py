@@ -114,10 +114,12 @@ class Broker(BrokerRules, BrokerViews):
             task_status.started()
 
     async def _expire_round(self) -> None:
-        if await self.paused() is None:  # while paused, deadlines wait (resume pushes them back)
+        # while paused, deadlines wait (resume pushes them back): look again at the next sweep
+        upcoming = None
+        if await self.paused() is None:
             for request_id in await self.store.due_expiries(now()):
                 await self.expire(request_id)
-        upcoming = await self.store.next_expiry()
+            upcoming = await self.store.next_expiry()
         delay = SWEEP_SECONDS if upcoming is None else min(max(upcoming - now(), 0.05), SWEEP_SECONDS)
         with anyio.move_on_after(delay):
             await self._expiry_wake.wait()

@@ -21,6 +21,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+
 from hitl_mcp.asks import AskSpec
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.errors import BrokerError
@@ -65,6 +67,7 @@ class BrokerRules:
 
     store: Store
     channels: dict[str, Channel]
+    _expiry_wake: anyio.Event  # Broker's: wakes its expiry sweep
 
     def _settled(self, request: Request) -> None: ...  # Broker's
 
@@ -97,6 +100,7 @@ class BrokerRules:
         moved = await self.store.push_expiries(
             seconds, actor, {"paused_by": current.by, "reason": current.reason}
         )
+        self._expiry_wake.set()  # this process's sweep slept through the pause
         return seconds, moved
 
     # --- remembered answers ------------------------------------------------------------------
