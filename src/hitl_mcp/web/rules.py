@@ -31,15 +31,14 @@ async def rules_page(http: HttpRequest) -> Response:
     broker = await web(http).broker()
     at = now()
     rules = await broker.rules()
+    paused = await broker.paused()
     if wants_json(http):
-        return JSONResponse(
-            {"rules": [rule_json(r, at) for r in rules], "paused": _pause_json(await broker.paused())}
-        )
+        return JSONResponse({"rules": [rule_json(r, at) for r in rules], "paused": _pause_json(paused)})
     return render(
         "rules.html",
         rules=rules,
         at=at,
-        paused=await broker.paused(),
+        paused=paused,
         pattern_words=pattern_words,
         unescape=unescape,
         **await page_context(http, "rules"),
@@ -48,6 +47,11 @@ async def rules_page(http: HttpRequest) -> Response:
 
 def _pause_json(pause: Any) -> dict[str, Any] | None:
     return None if pause is None else {"by": pause.by, "reason": pause.reason, "at": pause.at}
+
+
+def _sentence(exc: Exception) -> str:
+    text = str(exc)
+    return text[:1].upper() + text[1:] + "."
 
 
 def _done(http: HttpRequest, message: str, **data: Any) -> Response:
@@ -63,7 +67,7 @@ async def revoke(http: HttpRequest) -> Response:
     try:
         rule = await broker.revoke_rule(int(http.path_params["id"]), WEB_RESPONDER)
     except BrokerError as exc:
-        raise Problem(404, str(exc).capitalize() + ".", title="Not revoked") from None
+        raise Problem(404, _sentence(exc), title="Not revoked") from None
     return _done(http, f"Rule {rule.id} revoked.", rule=rule_json(rule, now()))
 
 
@@ -74,7 +78,7 @@ async def pause(http: HttpRequest) -> Response:
     try:
         paused = await broker.pause(WEB_RESPONDER, form.get("reason", "")[:500])
     except BrokerError as exc:
-        raise Problem(409, str(exc).capitalize() + ".", title="Not paused") from None
+        raise Problem(409, _sentence(exc), title="Not paused") from None
     return _done(http, f"Approvals {paused.words}.", paused=_pause_json(paused))
 
 
@@ -85,7 +89,7 @@ async def resume(http: HttpRequest) -> Response:
     try:
         seconds, moved = await broker.resume(WEB_RESPONDER)
     except BrokerError as exc:
-        raise Problem(409, str(exc).capitalize() + ".", title="Not resumed") from None
+        raise Problem(409, _sentence(exc), title="Not resumed") from None
     return _done(http, "Approvals resumed.", paused_seconds=round(seconds, 3), requests_pushed=moved)
 
 
