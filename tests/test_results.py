@@ -193,6 +193,7 @@ def test_structured_outcome_of_an_answered_question() -> None:
         "responder": "alice",
         "channel": "slack",
         "person": None,
+        "rule": None,
         "asked_at": "2026-01-01T00:00:00.000Z",
         "answered_at": "2026-01-01T00:01:15.500Z",
         "waited_seconds": 12.346,
