@@ -9,6 +9,7 @@ proxy's JSON API (it serves the inbox beside stdio, as ``hitl-mcp serve`` does).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -410,3 +411,25 @@ rules:
     assert answered and answered[0]["data"].get("person") == "owner"
     assert unknown.is_error and "unknown person 'nobody'" in text_of(unknown)
     assert gate.marks() == ["n plain"]
+
+
+# --- remembered answers and the pause -----------------------------------------------------------
+
+
+async def test_a_rule_lets_a_gated_call_through_and_a_pause_refuses_it(tmp_path: Path) -> None:
+    gate = Gate(tmp_path, "default: ask\n")
+    pattern = '{"match": {"name": {"glob": "d*"}}}'
+    code, _, err = await cli(
+        gate.state_dir, "rules", "add", "--agent", "*", "--tool", "touch", "--arguments", pattern
+    )
+    assert code == 0, err
+    async with connected(gate.params(MARKER)) as client:
+        result = await client.call_tool("touch", {"name": "db"})  # nobody answers: the rule does
+        assert not result.is_error, text_of(result)
+        assert gate.marks() == ["db plain"]
+        assert (await cli(gate.state_dir, "pause", "--reason", "freeze"))[0] == 0
+        result = await client.call_tool("touch", {"name": "disk"})
+        assert result.is_error and "paused by" in text_of(result) and "freeze" in text_of(result)
+        assert gate.marks() == ["db plain"]
+    code, listed, _ = await cli(gate.state_dir, "rules", "list", "--json")
+    assert [r["fired"] for r in json.loads(listed)] == [1]

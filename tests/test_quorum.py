@@ -385,3 +385,18 @@ async def test_audit_verify_ties_the_votes_to_the_chain(tmp_path: Path) -> None:
     finally:
         await store.close()
     assert len(problems) == 1 and "its votes differ from row" in problems[0]
+
+
+async def test_a_remembered_rule_never_stands_in_for_a_quorum(tmp_path: Path) -> None:
+    async with channel_broker(tmp_path, push, mail) as broker:
+        phone, _ = use_people(broker)
+        rule = await broker.add_rule(agent="*", tool="*", arguments=None, created_by="owner")
+        request = await approval(broker, owner="bot")
+        assert request.status == Status.PENDING  # asked of the people, not approved by the rule
+        assert (await broker.store.rules())[0].fired == 0
+        await phone.reply(request.id, "OWNER", decision="approve")
+        await phone.reply(request.id, "LEAD", decision="approve")
+        settled = await broker.get_or_raise(request.id)
+        assert settled.approved and settled.responder != f"rule {rule.id}"
+        plain, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Restart the cache", owner="bot"))
+        assert plain.status == Status.ANSWERED and plain.responder == f"rule {rule.id}"  # rules still work

@@ -195,6 +195,7 @@ def test_structured_outcome_of_an_answered_question() -> None:
         "person": None,
         "on_behalf_of": None,
         "votes": None,
+        "rule": None,
         "asked_at": "2026-01-01T00:00:00.000Z",
         "answered_at": "2026-01-01T00:01:15.500Z",
         "waited_seconds": 12.346,

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hitl_mcp.audit import GENESIS, row_hash
+from hitl_mcp.audit import GENESIS, check_requests, row_hash
 from hitl_mcp.models import Kind, Reply, Request, Status, now, payload_sha256
 from hitl_mcp.store.base import KeyConflict, Store
 from hitl_mcp.store.sqlite import SqliteStore
@@ -1136,3 +1136,101 @@ async def test_a_due_step_runs_once_when_processes_race_to_run_it(engine: Engine
         assert [(d.action, d.status) for d in sends] == [("deliver", "queued")]
         assert [e for e, _, _ in await events(store, request.id)].count("step_sent") == 1
     assert (await verify_audit(store)).ok
+
+
+# --- remembered answers (rules) and the pause ---------------------------------------------------
+
+
+async def test_rules_are_added_listed_live_and_revoked_once_with_audit_rows(engine: Engine) -> None:
+    store = engine.store
+    kept = await store.add_rule(
+        agent="bot",
+        tool="shell",
+        arguments={"match": {"cmd": {"glob": "git *"}}},
+        high_risk=True,
+        created_by="alice",
+        expires_at=now() + 3600,
+        uses_left=None,
+        request_id=None,
+    )
+    gone = await store.add_rule(
+        agent="*",
+        tool="*",
+        arguments=None,
+        high_risk=False,
+        created_by="bob",
+        expires_at=now() - 1,
+        uses_left=2,
+    )
+    assert (kept.arguments, kept.high_risk, kept.fired, kept.revoked_at) == (
+        {"match": {"cmd": {"glob": "git *"}}},
+        True,
+        0,
+        None,
+    )
+    assert [r.id for r in await store.rules()] == [gone.id, kept.id]  # newest first
+    assert [r.id for r in await store.rules(now())] == [kept.id]  # the other has expired
+    assert await store.fire_rule(gone.id, now()) is None
+    revoked = await store.revoke_rule(kept.id, "carol")
+    assert revoked is not None and revoked.revoked_by == "carol" and revoked.revoked_at is not None
+    again = await store.revoke_rule(kept.id, "dave")  # once: the first revocation stands
+    assert again is not None and again.revoked_by == "carol"
+    assert await store.revoke_rule(9999, "dave") is None
+    assert await store.fire_rule(kept.id, now()) is None and await store.rules(now()) == []
+    rows = [(a.event, a.actor, a.data.get("rule")) for a in await store.audit()]
+    assert rows == [
+        ("rule_added", "alice", kept.id),
+        ("rule_added", "bob", gone.id),
+        ("rule_revoked", "carol", kept.id),
+    ]
+
+
+async def test_a_rules_uses_run_out_exactly_across_connections(engine: Engine) -> None:
+    other = await engine.connect()
+    try:
+        rule = await engine.store.add_rule(
+            agent="*",
+            tool="*",
+            arguments=None,
+            high_risk=False,
+            created_by="me",
+            expires_at=None,
+            uses_left=5,
+        )
+        fired: list[Any] = []
+
+        async def fire(store: Store) -> None:
+            for _ in range(10):
+                fired.append(await store.fire_rule(rule.id, now()))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(fire, engine.store)
+            tg.start_soon(fire, other)
+        used = [f for f in fired if f is not None]
+        assert len(used) == 5 and sorted(f.uses_left for f in used) == [0, 1, 2, 3, 4]
+        (final,) = await other.rules()
+        assert (final.fired, final.uses_left, final.live(now())) == (5, 0, False)
+    finally:
+        await other.close()
+
+
+async def test_push_expiries_moves_pending_deadlines_only_with_its_audit_row(engine: Engine) -> None:
+    store = engine.store
+    waiting = ask(Kind.APPROVAL, expires_at=now() + 60)
+    forever = ask(Kind.APPROVAL, expires_at=None)
+    done = ask(Kind.APPROVAL, expires_at=now() + 60)
+    for request in (waiting, forever, done):
+        await store.create(request, None)
+    await close_request(engine.store, done.id, Status.CANCELLED, "me", {"approved": False})  # type: ignore[arg-type]
+    assert await store.push_expiries(90.5, "bob", {"paused_by": "alice"}) == 1
+    assert (await store.get(waiting.id)).expires_at == waiting.expires_at + 90.5  # type: ignore[union-attr,operator]
+    assert (await store.get(forever.id)).expires_at is None  # type: ignore[union-attr]
+    assert (await store.get(done.id)).expires_at == done.expires_at  # type: ignore[union-attr]
+    (row,) = [a for a in await store.audit() if a.event == "resumed"]
+    assert (row.actor, row.request_id, row.data) == (
+        "bob",
+        None,
+        {"paused_by": "alice", "pushed_seconds": 90.5, "requests": 1},
+    )
+    # the requests still match the log: the resumed row explains the move
+    assert check_requests(await engine.store.all_requests(), await engine.store.audit()) == []  # type: ignore[attr-defined]

@@ -139,7 +139,7 @@ async def test_approve_by_a_tap_then_the_buttons_give_way(
         assert "expires 20" in text and "payload SHA-256" in text
         assert "&lt;v2&gt; &amp; migrate" in message.html  # the agent's text is escaped, not markup
         labels = [b["text"] for b in message.buttons()]
-        assert labels == ["✅ Approve", "⛔ Deny"]
+        assert labels == ["✅ Approve", "⛔ Deny", "🔁 Approve & remember 24 h"]
         for button in message.buttons():
             data = button["callback_data"]
             assert len(data.encode()) <= 64 and data.startswith(request.id) and "Deploy" not in data

@@ -7,7 +7,7 @@ is checked, so every engine's log verifies the same way.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -82,8 +82,11 @@ def check_requests(requests: Iterable[Request], rows: Iterable[AuditRow], limit:
     ``limit`` lines, then a count of the rest."""
     created: dict[str, AuditRow] = {}
     settled: dict[str, list[AuditRow]] = {}
+    resumes: list[AuditRow] = []  # each pushed back the expiry of every request pending then
     for row in rows:
         if row.request_id is None:
+            if row.event == "resumed":
+                resumes.append(row)
             continue
         if row.event == "created":
             created.setdefault(row.request_id, row)
@@ -93,7 +96,7 @@ def check_requests(requests: Iterable[Request], rows: Iterable[AuditRow], limit:
     seen: set[str] = set()
     for request in requests:
         seen.add(request.id)
-        problem = _request_problem(request, created.get(request.id), settled.get(request.id, []))
+        problem = _request_problem(request, created.get(request.id), settled.get(request.id, []), resumes)
         if problem:
             problems.append(f"request {request.id} does not match the audit log: {problem}")
     for request_id, row in created.items():
@@ -106,13 +109,30 @@ def check_requests(requests: Iterable[Request], rows: Iterable[AuditRow], limit:
     return problems
 
 
-def _request_problem(request: Request, created: AuditRow | None, settles: list[AuditRow]) -> str:
+def _pushed(expires_at: Any, created: AuditRow, settles: list[AuditRow], resumes: Sequence[AuditRow]) -> Any:
+    """The expiry once every resume after a pause has pushed it back (``store.push_expiries``): each
+    ``resumed`` row between its creation and its settling, in the order they were written."""
+    if expires_at is None:
+        return None
+    settled_seq = settles[0].seq if settles else None
+    for row in resumes:
+        if created.seq < row.seq and (settled_seq is None or row.seq < settled_seq):
+            expires_at += row.data.get("pushed_seconds", 0)
+    return expires_at
+
+
+def _request_problem(
+    request: Request, created: AuditRow | None, settles: list[AuditRow], resumes: Sequence[AuditRow] = ()
+) -> str:
     if created is None:
         return "it has no 'created' row"
     for name in CREATED_FIELDS:
         have = getattr(request, name)
         have = have.value if isinstance(have, Enum) else have
-        if created.data.get(name) != have:
+        want = created.data.get(name)
+        if name == "expires_at":
+            want = _pushed(want, created, settles, resumes)
+        if want != have:
             return f"its {name} differs from row {created.seq} ('created')"
     if len(settles) > 1:
         return f"it settled more than once (rows {', '.join(str(r.seq) for r in settles)})"

@@ -18,11 +18,11 @@ from typing import Any
 
 import anyio
 
-from hitl_mcp import delegation
 from hitl_mcp.asks import AskDefaults, AskSpec
+from hitl_mcp.broker_routing import BrokerRouting
+from hitl_mcp.broker_rules import BrokerRules
 from hitl_mcp.broker_views import BrokerViews
 from hitl_mcp.channels.base import Channel
-from hitl_mcp.config.escalation import LadderConfig
 from hitl_mcp.digests import held_until
 from hitl_mcp.errors import BrokerError, NotFound, ReplyInvalid, UnknownChannel
 from hitl_mcp.escalation import Policy
@@ -74,7 +74,7 @@ SWEEP_SECONDS = 30.0
 OnTick = Callable[[float], Awaitable[None]]
 
 
-class Broker(BrokerViews):
+class Broker(BrokerRouting, BrokerRules, BrokerViews):
     def __init__(
         self,
         store: Engine,
@@ -117,9 +117,12 @@ class Broker(BrokerViews):
             task_status.started()
 
     async def _expire_round(self) -> None:
-        for request_id in await self.store.due_expiries(now()):
-            await self.expire(request_id)
-        upcoming = await self.store.next_expiry()
+        # while paused, deadlines wait (resume pushes them back): look again at the next sweep
+        upcoming = None
+        if await self.paused() is None:
+            for request_id in await self.store.due_expiries(now()):
+                await self.expire(request_id)
+            upcoming = await self.store.next_expiry()
         delay = SWEEP_SECONDS if upcoming is None else min(max(upcoming - now(), 0.05), SWEEP_SECONDS)
         with anyio.move_on_after(delay):
             await self._expiry_wake.wait()
@@ -160,53 +163,22 @@ class Broker(BrokerViews):
 
     # --- asking ----------------------------------------------------------------------------
 
-    def check_channels(self, kind: Kind, names: list[str] | None, risk: str | None = None) -> list[str]:
-        chosen = list(dict.fromkeys(names)) if names else list(self.defaults.channels[kind])
-        unknown = [n for n in chosen if n not in self.channels]
-        if unknown:
-            valid = ", ".join(sorted(self.channels)) or "(none)"
-            raise UnknownChannel(
-                f"unknown channel {', '.join(map(repr, unknown))}; configured channels: {valid}"
-            )
-        if kind != Kind.NOTIFICATION:
-            silent = [n for n in chosen if not self.channels[n].answerable]
-            if silent:
-                raise UnknownChannel(
-                    f"channel {', '.join(map(repr, silent))} can notify but cannot take an answer"
-                )
-        if kind == Kind.APPROVAL and not any(self.channels[n].may_approve(risk) for n in chosen):
-            raise UnknownChannel(
-                f"none of {', '.join(map(repr, chosen))} may approve a {risk or 'medium'}-risk action "
-                "(the host's form is limited by its `approvals` setting); add a channel a person answers, "
-                "such as web"
-            )
-        return chosen
-
-    def route(self, spec: AskSpec, policy: Policy | None = None) -> tuple[list[str], LadderConfig | None]:
-        """The channels asked at once (the call's ``channels`` and ``to``, else the defaults') and the
-        escalation ladder that follows (``escalation.Policy.route``)."""
-        names, ladder = (policy or self.policy).route(
-            spec.kind, spec.risk, spec.channels, spec.to, self.defaults.channels
-        )
-        return self.check_channels(spec.kind, names, spec.risk), ladder
-
-    async def policy_now(self) -> Policy:
-        """The policy with the delegations active now: the config's and the run-time ones (stored)."""
-        if not self.policy.people:
-            return self.policy
-        return self.policy.at(now(), await delegation.stored(self.store))
-
     async def ask(self, spec: AskSpec) -> tuple[Request, bool]:
         """Store the request, queue its deliveries and schedule its escalation steps, or re-attach to
-        the one it repeats. An approval with a quorum is sent to its people (``of``) too."""
+        the one it repeats. An approval with a quorum is sent to its people (``of``) too. A new approval
+        meets the gate first (``broker_rules``): while paused it is denied at once, and one a remembered
+        rule covers is approved by the rule, with no one asked (never one that needs a quorum)."""
         policy = await self.policy_now()
         quorum = policy.quorum(spec.kind, spec.risk, spec.approvals, spec.to)
         if quorum is not None:  # the approvers are asked, with whoever else the call names
             spec = replace(spec, to=list(dict.fromkeys([*(spec.to or []), *quorum.of])))
         channels, ladder = self.route(spec, policy)
+        gate = await self.gate(spec, rules=quorum is None)
         created_at = now()
         timeout = spec.timeout_seconds or self.defaults.timeouts.get(spec.kind)
         steps = [] if ladder is None else policy.plan(ladder, created_at, timeout)
+        if gate is not None:
+            channels, steps = [], []  # settled below, before anyone is sent it
         if ladder is not None and ladder.on_timeout == "keep_pending":
             timeout = None  # never expires; the window only placed the `at` steps
         allow_free_text = spec.allow_free_text if spec.allow_free_text is not None else not spec.choices
@@ -243,6 +215,8 @@ class Broker(BrokerViews):
             raise BrokerError(
                 "idempotency_key already used for a different request; use a new key for a new request"
             ) from None
+        if gate is not None:
+            return await self.gated(stored, created, gate), created
         if created:
             # whoever is away: the request went to their delegate, and the trail says so
             for person, stand_in in policy.delegated(
@@ -302,7 +276,10 @@ class Broker(BrokerViews):
                 until_expiry = None if request.expires_at is None else request.expires_at - now()
                 if until_expiry is not None and until_expiry <= 0:
                     try:
-                        return await self.expire(request_id)
+                        request = await self.expire(request_id)
+                        if request.status != Status.PENDING:
+                            return request
+                        until_expiry = EXPIRY_RETRY_SECONDS  # paused: look again in a while
                     except Exception as exc:  # the store is busy or failing: the sweep retries it
                         log.warning(
                             "hitl-mcp: expiring %s failed (%s); still waiting", request_id, reason(exc)
@@ -357,6 +334,8 @@ class Broker(BrokerViews):
             self._settled(settled.request)
         elif settled.counted:
             self._publish(request_id, "voted")
+        if settled.won and reply.remember and settled.request.approvals is None:
+            await self.remember(settled.request, reply)
         reason = settled.reason or ("" if settled.won else already(settled.request))
         return Settled(settled.won, settled.request, reason, settled.counted)
 
@@ -375,8 +354,9 @@ class Broker(BrokerViews):
         return settled.request
 
     async def expire(self, request_id: str) -> Request:
+        """Expire a due request; while approvals are paused, deadlines wait and it stays pending."""
         request = await self.get_or_raise(request_id)
-        if request.status != Status.PENDING:
+        if request.status != Status.PENDING or await self.paused() is not None:
             return request
         outcome = expiry_outcome(request)
         settled = await self.store.close_request(

@@ -170,6 +170,9 @@ class Reply(BaseModel):
     """The person asked whom ``person`` answers for as their delegate: set by the broker."""
     payload_sha256: str | None = None
     """The payload hash of the request as it was read when the reply came: set by the broker."""
+    remember: bool | None = None
+    """An "Approve & remember" button: once this approval wins, the broker keeps the default rule for
+    it (``rules.exactly``: this agent, this tool, these exact arguments, 24 h); never for high risk."""
 
 
 class OutcomeVote(BaseModel):
@@ -205,6 +208,10 @@ class Outcome(BaseModel):
     )
     votes: list[OutcomeVote] | None = Field(
         None, description="For an approval that needs several people: every vote counted, in order."
+    )
+    rule: int | None = Field(
+        None,
+        description="For an approval a remembered rule answered: the rule's id (no person was asked).",
     )
     asked_at: str
     answered_at: str | None = None

@@ -7,6 +7,7 @@ from mcp.types import CallToolResult, TextContent
 from hitl_mcp.durations import format_duration
 from hitl_mcp.models import Kind, NotifyResult, Outcome, OutcomeVote, Request, Status, iso, now
 from hitl_mcp.quorum import Vote
+from hitl_mcp.rules import rule_of
 from hitl_mcp.wording import verdict
 
 __all__ = ["describe", "describe_notification", "format_duration", "to_outcome", "tool_result"]
@@ -32,6 +33,7 @@ def to_outcome(
         person=request.person,
         on_behalf_of=request.on_behalf_of,
         votes=_votes(request),
+        rule=rule_of(request.responder, request.channel) if request.kind == Kind.APPROVAL else None,
         asked_at=iso(request.created_at) or "",
         answered_at=iso(request.closed_at),
         waited_seconds=round(waited_seconds, 3),
@@ -119,6 +121,12 @@ def describe(outcome: Outcome, request: Request) -> str:
         )
         if request.progress:
             head += f" {request.progress[:1].upper()}{request.progress[1:]}."
+    elif outcome.rule is not None:
+        head = (
+            f"Approved by remembered rule {outcome.rule} ({outcome.comment}); no person was asked this time."
+        )
+        if outcome.payload_sha256:
+            head += f" Payload SHA-256: {outcome.payload_sha256}."
     elif outcome.status == Status.ANSWERED and request.kind == Kind.APPROVAL:
         head = f"{verdict(outcome.approved).capitalize()}{who}{via}.{comment}"
         if request.votes:
@@ -133,6 +141,12 @@ def describe(outcome: Outcome, request: Request) -> str:
             head += " It is NOT approved."
         elif outcome.answer is not None:
             head += f' The default answer applies: "{outcome.answer}".'
+    elif (
+        request.kind == Kind.APPROVAL
+        and request.responder is None
+        and (request.comment or "").startswith("paused by ")
+    ):
+        head = f"Request {request.id} was not asked: approvals are {request.comment}. It is NOT approved."
     else:
         head = f"Request {request.id} was cancelled.{comment}"
     return f"{head}\nNext step: {outcome.next_step}"

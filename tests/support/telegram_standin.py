@@ -65,6 +65,8 @@ class Sent:
 
     def button(self, label: str) -> dict[str, Any]:
         found = [b for b in self.buttons() if label in b["text"]]
+        if len(found) > 1:  # "Approve" beside "Approve & remember": the label that is the whole word
+            found = [b for b in found if b["text"].split(" ", 1)[-1] == label]
         assert len(found) == 1, f"no single button {label!r} in {[b['text'] for b in self.buttons()]}"
         return found[0]
 

@@ -98,7 +98,8 @@ async def ask_person(
         return True, f"approved by {outcome.get('responder') or 'the person'} (hitl-mcp)"
     status = outcome.get("status")
     if status != "answered":
-        return False, f"not approved: the request was {status} before anyone answered"
+        because = f" ({outcome['comment']})" if status == "cancelled" and outcome.get("comment") else ""
+        return False, f"not approved: the request was {status} before anyone answered{because}"
     comment = f": {outcome['comment']}" if outcome.get("comment") else ""
     return False, f"denied by {outcome.get('responder') or 'the person'}{comment}"
 

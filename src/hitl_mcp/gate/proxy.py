@@ -85,7 +85,8 @@ def why_not(request: Request) -> str:
     if request.status == Status.EXPIRED:
         return "not approved: the approval request expired before anyone answered; the tool was not called"
     if request.status == Status.CANCELLED:
-        return "not approved: the approval request was cancelled; the tool was not called"
+        because = f" ({request.comment})" if request.comment else ""  # e.g. paused by alice: freeze
+        return f"not approved: the approval request was cancelled{because}; the tool was not called"
     who = request.responder or "the person"
     because = f": {request.comment}" if request.comment else ""
     return f"denied by {who}{because}"

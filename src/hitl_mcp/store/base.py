@@ -86,6 +86,33 @@ class ReplyRow:
     payload_sha256: str | None = None
 
 
+@dataclass(frozen=True)
+class RuleRow:
+    """A remembered answer (``rules.py`` says what it matches): it approves, without asking, the
+    approvals of ``agent`` for ``tool`` whose arguments fit ``arguments``, until it expires, runs out
+    of uses or is revoked."""
+
+    id: int
+    agent: str
+    tool: str
+    arguments: Any  # the argument pattern (JSON); None: any arguments
+    high_risk: bool  # may it approve a `risk: high` call
+    created_by: str
+    created_at: float
+    expires_at: float | None
+    uses_left: int | None
+    fired: int
+    revoked_at: float | None
+    revoked_by: str | None
+
+    def live(self, at: float) -> bool:
+        return (
+            self.revoked_at is None
+            and (self.expires_at is None or self.expires_at > at)
+            and (self.uses_left is None or self.uses_left > 0)
+        )
+
+
 class Lease(Protocol):
     """A named lease held by this process alone among every process on the database (``try_lease``)."""
 
@@ -235,6 +262,44 @@ class Store(Protocol):
         ...
 
     async def changes_since(self, seq: int, limit: int = 1000) -> list[Change]: ...
+
+    async def add_rule(
+        self,
+        *,
+        agent: str,
+        tool: str,
+        arguments: Any,
+        high_risk: bool,
+        created_by: str,
+        expires_at: float | None,
+        uses_left: int | None,
+        request_id: str | None = None,
+    ) -> RuleRow:
+        """Keep a remembered answer, with its ``rule_added`` audit row (on ``request_id``, the request
+        it was made from, when there is one), in one transaction."""
+        ...
+
+    async def rules(self, live_at: float | None = None) -> builtins.list[RuleRow]:
+        """Every rule, newest first; with ``live_at``, only those live then (not revoked, not expired,
+        uses left)."""
+        ...
+
+    async def revoke_rule(self, rule_id: int, actor: str) -> RuleRow | None:
+        """Revoke a live rule, with its ``rule_revoked`` audit row; None if there is no such rule.
+        One already revoked is returned unchanged."""
+        ...
+
+    async def fire_rule(self, rule_id: int, at: float) -> RuleRow | None:
+        """Spend one use of the rule if it is live at ``at``: one conditional UPDATE (``fired + 1``,
+        ``uses_left - 1``), so that among any number of processes exactly ``uses_left`` firings
+        succeed. The rule as it now stands, or None when it was not live."""
+        ...
+
+    async def push_expiries(self, seconds: float, actor: str, data: dict[str, Any]) -> int:
+        """Resuming after a pause: push every pending request's expiry back by ``seconds`` and append
+        the ``resumed`` audit row (``data`` plus ``pushed_seconds`` and ``requests``, the count) in
+        one transaction; how many requests moved."""
+        ...
 
     async def last_seq(self) -> int: ...
 

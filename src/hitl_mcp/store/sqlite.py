@@ -37,6 +37,7 @@ from hitl_mcp.store.base import (
     KeyConflict,
     PlannedStep,
     ReplyRow,
+    RuleRow,
     StepRow,
     StoreError,
 )
@@ -208,6 +209,25 @@ MIGRATIONS: list[str] = [
     ALTER TABLE replies ADD COLUMN person TEXT;
     ALTER TABLE replies ADD COLUMN on_behalf_of TEXT;
     ALTER TABLE replies ADD COLUMN payload_sha256 TEXT;
+    """,
+    # 9: remembered answers (rules.py): a rule approves an agent's matching approvals without asking,
+    # until it expires, runs out of uses or is revoked; `fired` counts its answers
+    """
+    CREATE TABLE rules (
+        id INTEGER PRIMARY KEY,
+        agent TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        arguments TEXT NOT NULL,
+        high_risk INTEGER NOT NULL DEFAULT 0,
+        created_by TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        expires_at REAL,
+        uses_left INTEGER,
+        fired INTEGER NOT NULL DEFAULT 0,
+        revoked_at REAL,
+        revoked_by TEXT
+    );
+    CREATE INDEX rules_live ON rules(revoked_at, expires_at);
     """,
 ]
 
@@ -1075,6 +1095,114 @@ class SqliteStore:
 
         return await self._run(work)
 
+    # --- remembered answers (rules) and the pause -------------------------------------------------
+
+    async def add_rule(
+        self,
+        *,
+        agent: str,
+        tool: str,
+        arguments: Any,
+        high_risk: bool,
+        created_by: str,
+        expires_at: float | None,
+        uses_left: int | None,
+        request_id: str | None = None,
+    ) -> RuleRow:
+        at = now()
+
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                row = db.execute(
+                    "INSERT INTO rules (agent, tool, arguments, high_risk, created_by, created_at,"
+                    " expires_at, uses_left) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+                    (
+                        agent,
+                        tool,
+                        json.dumps(arguments),
+                        int(high_risk),
+                        created_by,
+                        at,
+                        expires_at,
+                        uses_left,
+                    ),
+                ).fetchone()
+                rule = _rule(row)
+                data = {
+                    "rule": rule.id,
+                    "agent": agent,
+                    "tool": tool,
+                    "arguments": arguments,
+                    "high_risk": high_risk,
+                    "expires_at": expires_at,
+                    "uses_left": uses_left,
+                }
+                self._append(db, request_id, "rule_added", created_by, data, at=at)
+                return rule
+
+        return await self._run(work)
+
+    async def rules(self, live_at: float | None = None) -> builtins.list[RuleRow]:
+        sql, args = "SELECT * FROM rules", ()  # type: tuple[str, tuple[float, ...]]
+        if live_at is not None:
+            sql += (
+                " WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)"
+                " AND (uses_left IS NULL OR uses_left > 0)"
+            )
+            args = (live_at,)
+
+        def work(db: sqlite3.Connection) -> Any:
+            return [_rule(r) for r in db.execute(sql + " ORDER BY id DESC", args).fetchall()]
+
+        return await self._run(work)
+
+    async def revoke_rule(self, rule_id: int, actor: str) -> RuleRow | None:
+        at = now()
+
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                row = db.execute(
+                    "UPDATE rules SET revoked_at = ?, revoked_by = ? WHERE id = ? AND revoked_at IS NULL"
+                    " RETURNING *",
+                    (at, actor, rule_id),
+                ).fetchone()
+                if row is None:
+                    row = db.execute("SELECT * FROM rules WHERE id = ?", (rule_id,)).fetchone()
+                    return None if row is None else _rule(row)
+                rule = _rule(row)
+                self._append(db, None, "rule_revoked", actor, {"rule": rule_id, "fired": rule.fired}, at=at)
+                return rule
+
+        return await self._run(work)
+
+    async def fire_rule(self, rule_id: int, at: float) -> RuleRow | None:
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                row = db.execute(
+                    "UPDATE rules SET fired = fired + 1, uses_left = uses_left - 1"
+                    " WHERE id = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)"
+                    " AND (uses_left IS NULL OR uses_left > 0) RETURNING *",
+                    (rule_id, at),
+                ).fetchone()
+                return None if row is None else _rule(row)
+
+        return await self._run(work)
+
+    async def push_expiries(self, seconds: float, actor: str, data: dict[str, Any]) -> int:
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                moved = db.execute(
+                    "UPDATE requests SET expires_at = expires_at + ?"
+                    " WHERE status = 'pending' AND expires_at IS NOT NULL",
+                    (seconds,),
+                ).rowcount
+                self._append(
+                    db, None, "resumed", actor, {**data, "pushed_seconds": seconds, "requests": moved}
+                )
+                return moved
+
+        return await self._run(work)
+
     async def deliveries(self, request_id: str) -> builtins.list[DeliveryRow]:
         def work(db: sqlite3.Connection) -> Any:
             cursor = db.execute("SELECT * FROM deliveries WHERE request_id = ? ORDER BY id", (request_id,))
@@ -1253,6 +1381,23 @@ def _reply(row: sqlite3.Row) -> ReplyRow:
         person=row["person"],
         on_behalf_of=row["on_behalf_of"],
         payload_sha256=row["payload_sha256"],
+    )
+
+
+def _rule(row: sqlite3.Row) -> RuleRow:
+    return RuleRow(
+        id=row["id"],
+        agent=row["agent"],
+        tool=row["tool"],
+        arguments=json.loads(row["arguments"]),
+        high_risk=bool(row["high_risk"]),
+        created_by=row["created_by"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        uses_left=row["uses_left"],
+        fired=row["fired"],
+        revoked_at=row["revoked_at"],
+        revoked_by=row["revoked_by"],
     )
 
 

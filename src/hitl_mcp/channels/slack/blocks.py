@@ -47,6 +47,8 @@ def render(
                 "deny": _plain_text("Back"),
             }
         elements = [approve, _button("Deny", "deny", "deny", "danger")]
+        if request.risk != "high":  # a rule made by one tap never approves high risk
+            elements.append(_button("Approve & remember 24 h", "approve_remember", "approve_remember"))
         blocks.append({"type": "actions", "block_id": f"hitl:{rid}:decision", "elements": elements})
     elif request.kind == Kind.QUESTION:
         if request.choices:
@@ -232,12 +234,15 @@ class ReplyFields(TypedDict, total=False):
     decision: Decision
     choice: str
     text: str
+    remember: bool
 
 
 def _reply_fields(action: Mapping[str, Any]) -> ReplyFields | None:
     action_id, value = action.get("action_id"), action.get("value")
     if action_id in ("approve", "deny"):
         return {"decision": action_id}
+    if action_id == "approve_remember":
+        return {"decision": "approve", "remember": True}
     if isinstance(action_id, str) and action_id.startswith("choice:") and isinstance(value, str):
         return {"choice": value}
     if action_id == "text" and isinstance(value, str):

@@ -34,6 +34,7 @@ from hitl_mcp.channels.telegram.render import (
     BACK,
     CONFIRM,
     DENY,
+    REMEMBER,
     ButtonTokens,
     Row,
     clip,
@@ -271,6 +272,8 @@ class TelegramInbound(BaseChannel):
         fields: dict[str, Any]
         if action in (APPROVE, CONFIRM):
             fields = {"decision": "approve"}
+        elif action == REMEMBER and request.risk != "high":
+            fields = {"decision": "approve", "remember": True}
         elif action == DENY:
             fields = {"decision": "deny"}
         elif action.isdigit() and int(action) < len(request.choices or []):

@@ -18,8 +18,8 @@ from hitl_mcp.wording import expired, still_waiting, verdict
 #: a row of inline buttons: (label, callback_data)
 Row = list[tuple[str, str]]
 
-APPROVE, DENY, CONFIRM, BACK = "y", "n", "c", "b"
-_ACTION = re.compile(r"[ynbc]|\d{1,3}")
+APPROVE, DENY, CONFIRM, BACK, REMEMBER = "y", "n", "c", "b", "r"
+_ACTION = re.compile(r"[ynbcr]|\d{1,3}")
 _DATA = re.compile(r"([0-9a-f]{8,32})\.([a-z0-9]{1,3})\.([A-Za-z0-9_-]{22})")
 
 _LEVELS = {"info": "ℹ️", "success": "✅", "warning": "⚠️", "error": "🚨"}
@@ -68,7 +68,10 @@ def keyboard(request: Request, tokens: ButtonTokens, *, confirming: bool = False
                 [("⚠️ Yes, approve", tokens.data(rid, CONFIRM))],
                 [("↩️ Back", tokens.data(rid, BACK))],
             ]
-        return [[("✅ Approve", tokens.data(rid, APPROVE)), ("⛔ Deny", tokens.data(rid, DENY))]]
+        rows = [[("✅ Approve", tokens.data(rid, APPROVE)), ("⛔ Deny", tokens.data(rid, DENY))]]
+        if request.risk != "high":  # a rule made by one tap never approves high risk
+            rows.append([("🔁 Approve & remember 24 h", tokens.data(rid, REMEMBER))])
+        return rows
     if request.kind == Kind.QUESTION and request.choices:
         return [[(_clip(c, BUTTON_LIMIT), tokens.data(rid, str(i)))] for i, c in enumerate(request.choices)]
     return None

@@ -1,0 +1,90 @@
+"""Batch approve: "Approve all N from <agent>" in the inbox, for plain approvals only, with one
+confirmation page.
+
+Plain: a pending approval that is not ``risk: high`` (approvals carry no form and no choices). The
+confirmation lists what will be approved and what is left pending (high risk, approved one by one).
+The POST approves exactly the ids the page listed that are still plain and pending, each through the
+broker as the person's own approval (each audited as usual), then appends one ``batch_approved`` row
+listing them.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from hitl_mcp.broker import Broker
+from hitl_mcp.models import Kind, Reply, Request, Status
+from hitl_mcp.web import WEB_RESPONDER
+from hitl_mcp.web.deps import page_context, read_post, requires, web
+from hitl_mcp.web.errors import Problem
+from hitl_mcp.web.pagekit import render, wants_json
+
+#: at most this many in one batch (the rest stay for the next one)
+BATCH_LIMIT = 200
+
+
+def plain(request: Request) -> bool:
+    """Whether a batch may approve it: a pending approval that is not high risk."""
+    return request.kind == Kind.APPROVAL and request.status == Status.PENDING and request.risk != "high"
+
+
+async def from_agent(broker: Broker, owner: str) -> list[Request]:
+    """The pending approvals of one agent (its owner identity), oldest first."""
+    pending = await broker.list_requests(Status.PENDING, 1000)
+    return sorted(
+        (r for r in pending if r.owner == owner and r.kind == Kind.APPROVAL), key=lambda r: r.created_at
+    )
+
+
+@requires()
+async def confirm(http: HttpRequest) -> Response:
+    owner = http.query_params.get("agent", "")
+    broker = await web(http).broker()
+    approvals = await from_agent(broker, owner)
+    chosen = [r for r in approvals if plain(r)][:BATCH_LIMIT]
+    if not approvals:
+        raise Problem(404, "That agent has no pending approvals.")
+    return render(
+        "batch.html",
+        owner=owner,
+        agent=approvals[0].client_name or owner,
+        chosen=chosen,
+        left=[r for r in approvals if r not in chosen],
+        **await page_context(http, "batch"),
+    )
+
+
+@requires()
+async def approve_all(http: HttpRequest) -> Response:
+    form = await read_post(http, "Not approved")
+    if form.get("confirm") != "yes":
+        raise Problem(422, "Approving a batch needs its confirmation.", title="Not approved")
+    owner = form.get("agent", "")
+    wanted = {i for i in form.get("ids", "").split(",") if i}
+    deps = web(http)
+    broker = await deps.broker()
+    approved: list[str] = []
+    for request in await from_agent(broker, owner):
+        if request.id not in wanted or not plain(request):
+            continue  # asked after the page was shown, or no longer plain: left for the person
+        reply = Reply(channel=deps.web_channel, responder=WEB_RESPONDER, decision="approve")
+        if (await broker.resolve(request.id, reply)).won:
+            approved.append(request.id)
+    if approved:
+        await broker.record(
+            None,
+            "batch_approved",
+            WEB_RESPONDER,
+            {"agent": owner, "ids": approved, "channel": deps.web_channel},
+        )
+    if wants_json(http):
+        return JSONResponse({"ok": True, "approved": approved})
+    return RedirectResponse("/", status_code=303)
+
+
+routes: list[BaseRoute] = [
+    Route("/batch", confirm, methods=["GET"]),
+    Route("/batch", approve_all, methods=["POST"]),
+]
