@@ -481,7 +481,7 @@ async def cast(store: Store, request_id: str, ballot: Reply) -> Settled:
 
 async def test_a_quorum_counts_each_vote_and_settles_on_the_required_approvals(engine: Engine) -> None:
     store = engine.store
-    request = quorum_ask()
+    request = quorum_ask(to=["lead", "security", "owner"])
     await store.create(request, None)
     progress = "1 of 2 approvals — waiting for security or owner"
 
@@ -493,7 +493,10 @@ async def test_a_quorum_counts_each_vote_and_settles_on_the_required_approvals(e
     ]
     stored = await store.get(request.id)
     assert stored == first.request and stored.progress == progress  # the vote is on the row
-    assert stored.approvals == request.approvals  # the quorum itself round-trips
+    assert (stored.approvals, stored.to) == (
+        request.approvals,
+        ["lead", "security", "owner"],
+    )  # kept as asked
 
     # owner's delegate settles it: the request is credited to the delegate, for owner
     done = await cast(store, request.id, vote("backup", channel="b", on_behalf_of="owner"))
