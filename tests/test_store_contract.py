@@ -22,7 +22,8 @@ import anyio
 import pytest
 
 from hitl_mcp.audit import GENESIS, check_requests, row_hash
-from hitl_mcp.models import Kind, Reply, Request, Status, now, payload_sha256
+from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now, payload_sha256
+from hitl_mcp.quorum import Quorum
 from hitl_mcp.store.base import KeyConflict, Store
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.support.postgres import Cluster
@@ -441,6 +442,269 @@ async def test_unknown_requests_are_none(engine: Engine) -> None:
     assert await close_request(engine.store, "nope", Status.CANCELLED, "agent", {}) is None
     assert await engine.store.replies("nope") == []
     assert await engine.store.deliveries("nope") == []
+
+
+# --------------------------------------------------------------------------------------- quorum
+
+PLAN = {"command": "terraform apply", "workspace": "prod"}
+SHOWN = payload_sha256(PLAN)
+
+
+def quorum_ask(required: int = 2, veto: str = "any", **fields: Any) -> Request:
+    """An approval that needs ``required`` of lead, security and owner."""
+    approvals = Quorum.model_validate(
+        {"required": required, "of": ["lead", "security", "owner"], "veto": veto}
+    )
+    return ask(Kind.APPROVAL, payload=PLAN, payload_sha256=SHOWN, approvals=approvals, **fields)
+
+
+def vote(
+    person: str, decision: str = "approve", channel: str = "a", sha: str | None = SHOWN, **fields: Any
+) -> Reply:
+    """A person's decision as the broker hands it over: credited, with the payload hash they saw."""
+    return Reply(
+        channel=channel,
+        responder=person.upper(),
+        decision=decision,
+        person=person,
+        payload_sha256=sha,
+        **fields,
+    )
+
+
+async def cast(store: Store, request_id: str, ballot: Reply) -> Settled:
+    outcome = {"approved": ballot.decision == "approve", "comment": ballot.comment}
+    settled = await resolve(store, request_id, ballot, outcome)
+    assert settled is not None
+    return settled
+
+
+async def test_a_quorum_counts_each_vote_and_settles_on_the_required_approvals(engine: Engine) -> None:
+    store = engine.store
+    request = quorum_ask(to=["lead", "security", "owner"])
+    await store.create(request, None)
+    progress = "1 of 2 approvals — waiting for security or owner"
+
+    first = await cast(store, request.id, vote("lead", comment="plan looks right"))
+    assert (first.won, first.counted, first.reason) == (False, True, progress)
+    assert first.request.status == Status.PENDING and first.request.approved is None
+    assert [(v.person, v.decision, v.comment, v.payload_sha256) for v in first.request.votes] == [
+        ("lead", "approve", "plan looks right", SHOWN)
+    ]
+    stored = await store.get(request.id)
+    assert stored == first.request and stored.progress == progress  # the vote is on the row
+    assert (stored.approvals, stored.to) == (
+        request.approvals,
+        ["lead", "security", "owner"],
+    )  # kept as asked
+
+    # owner's delegate settles it: the request is credited to the delegate, for owner
+    done = await cast(store, request.id, vote("backup", channel="b", on_behalf_of="owner"))
+    assert (done.won, done.counted) == (True, False)
+    settled = await store.get(request.id)
+    assert done.request == settled  # what the UPDATE wrote
+    assert settled is not None and settled.status == Status.ANSWERED and settled.approved is True
+    assert (settled.responder, settled.channel, settled.person, settled.on_behalf_of) == (
+        "BACKUP",
+        "b",
+        "backup",
+        "owner",
+    )
+    assert settled.comment is None  # the deciding vote's, not the first one's
+    assert [(v.person, v.on_behalf_of, v.channel) for v in settled.votes] == [
+        ("lead", None, "a"),
+        ("backup", "owner", "b"),
+    ]
+    assert settled.closed_at == settled.votes[-1].at
+
+    late = await cast(store, request.id, vote("security", "deny"))
+    assert (late.won, late.counted) == (False, False) and late.request == settled
+
+    rows = [
+        (r.person, r.on_behalf_of, r.payload_sha256, r.won, r.reason) for r in await store.replies(request.id)
+    ]
+    assert rows == [
+        ("lead", None, SHOWN, True, f"counted: {progress}"),
+        ("backup", "owner", SHOWN, True, None),
+        ("security", None, SHOWN, False, "request was already answered"),
+    ]
+    assert (await events(store, request.id))[1:] == [
+        (
+            "voted",
+            "LEAD",
+            {
+                "channel": "a",
+                "person": "lead",
+                "decision": "approve",
+                "comment": "plan looks right",
+                "progress": progress,
+            },
+        ),
+        (
+            "answered",
+            "BACKUP",
+            {
+                "channel": "b",
+                "person": "backup",
+                "on_behalf_of": "owner",
+                "approved": True,
+                "votes": ["lead: approve", "backup: approve"],
+            },
+        ),
+        (
+            "reply_rejected",
+            "SECURITY",
+            {"channel": "a", "person": "security", "reason": "request was already answered"},
+        ),
+    ]
+    assert check_requests(await store.all_requests(), await store.audit()) == []  # type: ignore[attr-defined]
+    assert (await verify_audit(store)).ok
+
+
+async def test_a_second_vote_for_the_same_person_or_seat_is_ignored(engine: Engine) -> None:
+    store = engine.store
+    request = quorum_ask()
+    await store.create(request, None)
+    assert (await cast(store, request.id, vote("lead"))).counted
+    ignored = [
+        (vote("lead", channel="b"), "lead already voted"),  # the same person on another channel
+        (vote("backup", on_behalf_of="lead"), "lead already voted (by lead)"),  # a delegate for lead's seat
+        (vote("mallory"), "mallory is not one of the approvers (lead, security, owner)"),
+    ]
+    for ballot, why in ignored:
+        said = await cast(store, request.id, ballot)
+        assert (said.won, said.counted, said.reason) == (False, False, why)
+        assert said.request.status == Status.PENDING and [v.person for v in said.request.votes] == ["lead"]
+    stored = await store.get(request.id)
+    assert stored is not None and stored.status == Status.PENDING and len(stored.votes) == 1
+    rows = [(r.person, r.won, r.reason) for r in await store.replies(request.id)]
+    assert rows[1:] == [(ballot.person, False, why) for ballot, why in ignored]
+    assert [(e, a, d) for e, a, d in await events(store, request.id) if e == "reply_ignored"] == [
+        ("reply_ignored", "LEAD", {"channel": "b", "person": "lead", "reason": "lead already voted"}),
+        (
+            "reply_ignored",
+            "BACKUP",
+            {
+                "channel": "a",
+                "person": "backup",
+                "on_behalf_of": "lead",
+                "reason": "lead already voted (by lead)",
+            },
+        ),
+        (
+            "reply_ignored",
+            "MALLORY",
+            {
+                "channel": "a",
+                "person": "mallory",
+                "reason": "mallory is not one of the approvers (lead, security, owner)",
+            },
+        ),
+    ]
+    # the next distinct person still settles it
+    assert (await cast(store, request.id, vote("security"))).won
+
+
+async def test_a_veto_settles_the_quorum_as_denied(engine: Engine) -> None:
+    store = engine.store
+    request = quorum_ask()
+    await store.create(request, None)
+    await cast(store, request.id, vote("lead"))
+    denied = await cast(store, request.id, vote("security", "deny", comment="not today"))
+    assert denied.won and not denied.counted
+    stored = await store.get(request.id)
+    assert denied.request == stored
+    assert stored is not None and (stored.status, stored.approved, stored.comment, stored.person) == (
+        Status.ANSWERED,
+        False,
+        "not today",
+        "security",
+    )
+    assert (await events(store, request.id))[-1] == (
+        "answered",
+        "SECURITY",
+        {
+            "channel": "a",
+            "person": "security",
+            "approved": False,
+            "comment": "not today",
+            "votes": ["lead: approve", "security: deny"],
+        },
+    )
+
+
+async def test_without_a_veto_denials_settle_only_once_approval_is_out_of_reach(engine: Engine) -> None:
+    store = engine.store
+    request = quorum_ask(veto="none")
+    await store.create(request, None)
+    first = await cast(store, request.id, vote("lead", "deny"))
+    assert first.counted and first.reason == "0 of 2 approvals, 1 denial — waiting for security or owner"
+    second = await cast(store, request.id, vote("owner", "deny"))  # two of three: two approvals cannot come
+    assert second.won
+    stored = await store.get(request.id)
+    assert (
+        stored is not None
+        and stored.approved is False
+        and [v.person for v in stored.votes]
+        == [
+            "lead",
+            "owner",
+        ]
+    )
+
+
+async def test_a_vote_counts_only_for_the_payload_it_was_given_for(engine: Engine) -> None:
+    store = engine.store
+    request = quorum_ask()
+    await store.create(request, None)
+    for sha in ("0" * 64, None):
+        said = await cast(store, request.id, vote("lead", sha=sha))
+        assert (said.won, said.counted, said.reason) == (
+            False,
+            False,
+            "the vote was given for a different payload",
+        )
+    stored = await store.get(request.id)
+    assert stored is not None and stored.votes == [] and stored.status == Status.PENDING
+    assert [(r.payload_sha256, r.won) for r in await store.replies(request.id)] == [
+        ("0" * 64, False),
+        (None, False),
+    ]
+    assert (await cast(store, request.id, vote("lead"))).counted  # the payload shown: it counts
+
+
+@pytest.mark.parametrize("voters", [2, 3])
+async def test_concurrent_votes_from_separate_processes_settle_once_with_every_counted_vote(
+    engine: Engine, voters: int
+) -> None:
+    """2 of 3, with the votes arriving at once through separate stores: the request is answered once,
+    with both deciding votes kept (neither is lost as "1 of 2", nor settles it twice); a third is late."""
+    people = ["lead", "security", "owner"][:voters]
+    for _ in range(5):
+        request = quorum_ask()
+        await engine.store.create(request, None)
+
+        async def go(store: Store, i: int, request_id: str = request.id) -> tuple[bool, bool]:
+            said = await cast(store, request_id, vote(people[i]))
+            return said.won, said.counted
+
+        verdicts = race(engine, voters, go)
+        assert sorted(verdicts) == [(False, False)] * (voters - 2) + [(False, True), (True, False)]
+        settled = await engine.store.get(request.id)
+        assert settled is not None and settled.status == Status.ANSWERED and settled.approved is True
+        counted = [v.person for v in settled.votes]
+        assert len(counted) == 2 and set(counted) <= set(people)
+        trail = await events(engine.store, request.id)
+        assert [e for e, _, _ in trail].count("answered") == 1
+        assert [e for e, _, _ in trail].count("voted") == 1
+        assert [d["votes"] for e, _, d in trail if e == "answered"] == [[f"{p}: approve" for p in counted]]
+        rows = await engine.store.replies(request.id)
+        assert sorted((r.person in counted, r.won) for r in rows) == [(False, False)] * (voters - 2) + [
+            (True, True),
+            (True, True),
+        ]
+    assert check_requests(await engine.store.all_requests(), await engine.store.audit()) == []  # type: ignore[attr-defined]
+    assert (await verify_audit(engine.store)).ok
 
 
 # ---------------------------------------------------------------------------------------- close

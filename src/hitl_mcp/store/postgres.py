@@ -6,8 +6,10 @@ first take the chain's transaction-level advisory lock (``CHAIN_LOCK``), as SQLi
 IMMEDIATE`` takes its write lock: appends are serialized across every process on the database, so
 seq order is commit order (the chain never forks, and ``changes_since(seq)`` never misses a row that
 commits later with a lower seq), and row locks are only ever taken under it (no lock-order
-deadlocks). The single winner is still the conditional ``UPDATE ... WHERE status = 'pending'``; the
-outbox claims with ``FOR UPDATE SKIP LOCKED`` and needs no chain lock.
+deadlocks). The single winner is still the conditional ``UPDATE ... WHERE status = 'pending'`` (a
+quorum's vote is counted with the request row locked ``FOR UPDATE``); the outbox claims with ``FOR
+UPDATE SKIP LOCKED`` and ``fire_rule`` is one conditional UPDATE: neither appends, nor waits for the
+chain lock while holding a row.
 
 Every transaction that appends also ``pg_notify``s ``hitl_changes`` (the request id, or ''), which a
 dedicated LISTEN connection per store (``_Listener``) turns into a wake-up of ``changed``; a dropped
@@ -38,12 +40,14 @@ import asyncpg.pool
 from hitl_mcp.anchor import Anchorer
 from hitl_mcp.audit import GENESIS, SETTLING_EVENTS, AuditRow, row_hash
 from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now
+from hitl_mcp.quorum import Vote, count_vote
 from hitl_mcp.store.base import (
     Change,
     DeliveryRow,
     KeyConflict,
     PlannedStep,
     ReplyRow,
+    RuleRow,
     StepRow,
     StoreError,
 )
@@ -68,6 +72,8 @@ BODY_FIELDS = (
     "default_answer",
     "channels",
     "client_name",
+    "to",
+    "approvals",
 )
 
 #: the channel every audit-appending transaction notifies
@@ -511,6 +517,8 @@ class PostgresStore:
             row = await existing(conn)
             if row is None:
                 body = {name: getattr(request, name) for name in BODY_FIELDS}
+                if request.approvals is not None:
+                    body["approvals"] = request.approvals.model_dump(mode="json")
                 inserted = await conn.fetchval(
                     "INSERT INTO requests (id, kind, status, body, owner, idempotency_key, dedupe_key,"
                     " session_key, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
@@ -625,12 +633,18 @@ class PostgresStore:
         expired: dict[str, Any],
         silent: Collection[str],
     ) -> Settled | None:
+        """For a request with a quorum (``Request.approvals``), a decision is a vote: counted by
+        ``quorum.count_vote`` against the votes the row holds, with the row locked in this
+        transaction, and the request settles only when they decide it (see SqliteStore's)."""
         at = now()
         credited = {"person": reply.person} if reply.person else {}  # the channel identity is the actor
+        if reply.on_behalf_of:
+            credited["on_behalf_of"] = reply.on_behalf_of
 
         async def work(tx: _Tx) -> Settled | None:
             conn = tx.conn
-            row = await conn.fetchrow("SELECT * FROM requests WHERE id = $1", request_id)
+            # locked: the votes read here are the ones the conditional UPDATE below replaces
+            row = await conn.fetchrow("SELECT * FROM requests WHERE id = $1 FOR UPDATE", request_id)
             if row is None:
                 return None
             current = _request(row)
@@ -640,60 +654,98 @@ class PostgresStore:
                 and current.expires_at <= at
             ):
                 current = await self._settle(tx, current, Status.EXPIRED, "expiry", expired, at, silent)
-            won = False
+            won, fields = False, dict(outcome)
+            votes = current.votes
+            if current.status == Status.PENDING and current.approvals is not None:
+                vote = _vote(reply, at)
+                count = count_vote(current.approvals, current.votes, vote, current.payload_sha256)
+                if not count.counted:
+                    await self._reply_row(tx, request_id, reply, at, False, count.reason)
+                    data: dict[str, Any] = {"channel": reply.channel, **credited, "reason": count.reason}
+                    await self._append(tx, request_id, "reply_ignored", reply.responder, data)
+                    return Settled(False, current, count.reason or "")
+                votes = count.votes
+                if count.decision is None:
+                    await conn.execute(
+                        "UPDATE requests SET votes = $1 WHERE id = $2 AND status = 'pending'",
+                        _votes_json(votes),
+                        request_id,
+                    )
+                    now_request = current.model_copy(update={"votes": votes})
+                    said = now_request.progress or ""
+                    await self._reply_row(tx, request_id, reply, at, True, f"counted: {said}")
+                    data = {"channel": reply.channel, **credited, "decision": reply.decision}
+                    data.update(comment=reply.comment, progress=said)
+                    await self._append(tx, request_id, "voted", reply.responder, data, at=at)
+                    return Settled(False, now_request, said, counted=True)
+                deciding = votes[-1]  # the vote that reached the decision speaks for the outcome
+                fields = {"approved": count.decision == "approve", "comment": deciding.comment}
             if current.status == Status.PENDING:
                 done = await conn.fetchval(
                     "UPDATE requests SET status = 'answered', closed_at = $1, answer = $2, choice = $3,"
-                    " approved = $4, comment = $5, responder = $6, channel = $7, person = $8"
-                    " WHERE id = $9 AND status = 'pending' RETURNING id",
+                    " approved = $4, comment = $5, responder = $6, channel = $7, person = $8,"
+                    " on_behalf_of = $9, votes = $10 WHERE id = $11 AND status = 'pending' RETURNING id",
                     at,
-                    outcome.get("answer"),
-                    outcome.get("choice"),
-                    outcome.get("approved"),
-                    outcome.get("comment"),
+                    fields.get("answer"),
+                    fields.get("choice"),
+                    fields.get("approved"),
+                    fields.get("comment"),
                     reply.responder,
                     reply.channel,
                     reply.person,
+                    reply.on_behalf_of,
+                    _votes_json(votes) if votes else None,
                     request_id,
                 )
                 won = done is not None
             reason = None if won else f"request was already {current.status.value}"
-            await conn.execute(
-                "INSERT INTO replies (request_id, channel, responder, text, choice, decision, comment,"
-                " received_at, won, reason) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                request_id,
-                reply.channel,
-                reply.responder,
-                reply.text,
-                reply.choice,
-                reply.decision,
-                reply.comment,
-                at,
-                won,
-                reason,
-            )
+            await self._reply_row(tx, request_id, reply, at, won, reason)
             if not won:
                 data = {"channel": reply.channel, **credited, "reason": reason}
                 await self._append(tx, request_id, "reply_rejected", reply.responder, data)
                 return Settled(False, current)
-            data = {
-                "channel": reply.channel,
-                **credited,
-                **{k: v for k, v in outcome.items() if v is not None},
-            }
+            data = {"channel": reply.channel, **credited}
+            data.update({k: v for k, v in fields.items() if v is not None})
+            if votes:
+                data["votes"] = [f"{v.person}: {v.decision}" for v in votes]
             await self._append(tx, request_id, "answered", reply.responder, data, at=at)
             await self._queue_retractions(tx, request_id, at, silent)
-            fields = {name: outcome.get(name) for name in ("answer", "choice", "approved", "comment")}
-            fields.update(
+            update = {name: fields.get(name) for name in ("answer", "choice", "approved", "comment")}
+            update.update(
                 status=Status.ANSWERED,
                 closed_at=at,
                 responder=reply.responder,
                 channel=reply.channel,
                 person=reply.person,
+                on_behalf_of=reply.on_behalf_of,
+                votes=votes,
             )
-            return Settled(True, current.model_copy(update=fields))  # what the UPDATE wrote
+            return Settled(True, current.model_copy(update=update))  # what the UPDATE wrote
 
         return await self._write(work)
+
+    @staticmethod
+    async def _reply_row(
+        tx: _Tx, request_id: str, reply: Reply, at: float, won: bool, reason: str | None
+    ) -> None:
+        await tx.conn.execute(
+            "INSERT INTO replies (request_id, channel, responder, text, choice, decision, comment,"
+            " received_at, won, reason, person, on_behalf_of, payload_sha256)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+            request_id,
+            reply.channel,
+            reply.responder,
+            reply.text,
+            reply.choice,
+            reply.decision,
+            reply.comment,
+            at,
+            won,
+            reason,
+            reply.person,
+            reply.on_behalf_of,
+            reply.payload_sha256,
+        )
 
     async def close_request(
         self,
@@ -1077,6 +1129,116 @@ class PostgresStore:
 
         return await self._unit(work)
 
+    # --- remembered answers (rules) and the pause -------------------------------------------------
+
+    async def add_rule(
+        self,
+        *,
+        agent: str,
+        tool: str,
+        arguments: Any,
+        high_risk: bool,
+        created_by: str,
+        expires_at: float | None,
+        uses_left: int | None,
+        request_id: str | None = None,
+    ) -> RuleRow:
+        at = now()
+
+        async def work(tx: _Tx) -> RuleRow:
+            row = await tx.conn.fetchrow(
+                "INSERT INTO rules (agent, tool, arguments, high_risk, created_by, created_at,"
+                " expires_at, uses_left) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *",
+                agent,
+                tool,
+                json.dumps(arguments),
+                high_risk,
+                created_by,
+                at,
+                expires_at,
+                uses_left,
+            )
+            rule = _rule(row)
+            data = {
+                "rule": rule.id,
+                "agent": agent,
+                "tool": tool,
+                "arguments": arguments,
+                "high_risk": high_risk,
+                "expires_at": expires_at,
+                "uses_left": uses_left,
+            }
+            await self._append(tx, request_id, "rule_added", created_by, data, at=at)
+            return rule
+
+        return await self._write(work)
+
+    async def rules(self, live_at: float | None = None) -> builtins.list[RuleRow]:
+        sql, args = "SELECT * FROM rules", ()  # type: tuple[str, tuple[float, ...]]
+        if live_at is not None:
+            sql += (
+                " WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $1)"
+                " AND (uses_left IS NULL OR uses_left > 0)"
+            )
+            args = (live_at,)
+
+        async def work(conn: Conn) -> builtins.list[RuleRow]:
+            return [_rule(r) for r in await conn.fetch(sql + " ORDER BY id DESC", *args)]
+
+        return await self._unit(work)
+
+    async def revoke_rule(self, rule_id: int, actor: str) -> RuleRow | None:
+        at = now()
+
+        async def work(tx: _Tx) -> RuleRow | None:
+            row = await tx.conn.fetchrow(
+                "UPDATE rules SET revoked_at = $1, revoked_by = $2 WHERE id = $3 AND revoked_at IS NULL"
+                " RETURNING *",
+                at,
+                actor,
+                rule_id,
+            )
+            if row is None:
+                row = await tx.conn.fetchrow("SELECT * FROM rules WHERE id = $1", rule_id)
+                return None if row is None else _rule(row)
+            rule = _rule(row)
+            await self._append(tx, None, "rule_revoked", actor, {"rule": rule_id, "fired": rule.fired}, at=at)
+            return rule
+
+        return await self._write(work)
+
+    async def fire_rule(self, rule_id: int, at: float) -> RuleRow | None:
+        """One conditional UPDATE (its own transaction; no audit row, so no chain lock): concurrent
+        firings queue on the row's lock and each re-checks ``uses_left`` once it has it."""
+
+        async def work(conn: Conn) -> RuleRow | None:
+            row = await conn.fetchrow(
+                "UPDATE rules SET fired = fired + 1, uses_left = uses_left - 1"
+                " WHERE id = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2)"
+                " AND (uses_left IS NULL OR uses_left > 0) RETURNING *",
+                rule_id,
+                at,
+            )
+            return None if row is None else _rule(row)
+
+        return await self._unit(work)
+
+    async def push_expiries(self, seconds: float, actor: str, data: dict[str, Any]) -> int:
+        async def work(tx: _Tx) -> int:
+            moved = len(
+                await tx.conn.fetch(
+                    "UPDATE requests SET expires_at = expires_at + $1"
+                    " WHERE status = 'pending' AND expires_at IS NOT NULL RETURNING 1",
+                    seconds,
+                )
+            )
+            await self._append(
+                tx, None, "resumed", actor, {**data, "pushed_seconds": seconds, "requests": moved}
+            )
+            return moved
+
+        return await self._write(work)
+
     async def deliveries(self, request_id: str) -> builtins.list[DeliveryRow]:
         async def work(conn: Conn) -> builtins.list[DeliveryRow]:
             rows = await conn.fetch("SELECT * FROM deliveries WHERE request_id = $1 ORDER BY id", request_id)
@@ -1130,6 +1292,24 @@ def _filter(status: Status | None, before: str | None) -> tuple[str, builtins.li
     return " AND ".join(where), args
 
 
+def _vote(reply: Reply, at: float) -> Vote:
+    """A reply as a quorum vote (as SqliteStore's ``_vote``: the engines count the same votes)."""
+    return Vote(
+        person=reply.person or "",
+        on_behalf_of=reply.on_behalf_of,
+        channel=reply.channel,
+        responder=reply.responder,
+        decision=reply.decision or "deny",
+        comment=(reply.comment or "").strip() or None,
+        at=at,
+        payload_sha256=reply.payload_sha256,
+    )
+
+
+def _votes_json(votes: Sequence[Vote]) -> str:
+    return json.dumps([v.model_dump(mode="json") for v in votes])
+
+
 def _request(row: Any) -> Request:
     body = json.loads(row["body"])
     return Request(
@@ -1149,6 +1329,8 @@ def _request(row: Any) -> Request:
         responder=row["responder"],
         channel=row["channel"],
         person=row["person"],
+        on_behalf_of=row["on_behalf_of"],
+        votes=json.loads(row["votes"] or "[]"),
         **body,
     )
 
@@ -1196,6 +1378,26 @@ def _reply(row: Any) -> ReplyRow:
         received_at=row["received_at"],
         won=row["won"],
         reason=row["reason"],
+        person=row["person"],
+        on_behalf_of=row["on_behalf_of"],
+        payload_sha256=row["payload_sha256"],
+    )
+
+
+def _rule(row: Any) -> RuleRow:
+    return RuleRow(
+        id=row["id"],
+        agent=row["agent"],
+        tool=row["tool"],
+        arguments=json.loads(row["arguments"]),
+        high_risk=row["high_risk"],
+        created_by=row["created_by"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        uses_left=row["uses_left"],
+        fired=row["fired"],
+        revoked_at=row["revoked_at"],
+        revoked_by=row["revoked_by"],
     )
 
 
