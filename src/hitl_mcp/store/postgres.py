@@ -40,7 +40,7 @@ import asyncpg.pool
 from hitl_mcp.anchor import Anchorer
 from hitl_mcp.audit import GENESIS, SETTLING_EVENTS, AuditRow, row_hash
 from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now
-from hitl_mcp.quorum import Vote, count_vote
+from hitl_mcp.quorum import count_vote, vote_of, votes_json
 from hitl_mcp.store.base import (
     Change,
     DeliveryRow,
@@ -657,7 +657,7 @@ class PostgresStore:
             won, fields = False, dict(outcome)
             votes = current.votes
             if current.status == Status.PENDING and current.approvals is not None:
-                vote = _vote(reply, at)
+                vote = vote_of(reply, at)
                 count = count_vote(current.approvals, current.votes, vote, current.payload_sha256)
                 if not count.counted:
                     await self._reply_row(tx, request_id, reply, at, False, count.reason)
@@ -668,7 +668,7 @@ class PostgresStore:
                 if count.decision is None:
                     await conn.execute(
                         "UPDATE requests SET votes = $1 WHERE id = $2 AND status = 'pending'",
-                        _votes_json(votes),
+                        votes_json(votes),
                         request_id,
                     )
                     now_request = current.model_copy(update={"votes": votes})
@@ -694,7 +694,7 @@ class PostgresStore:
                     reply.channel,
                     reply.person,
                     reply.on_behalf_of,
-                    _votes_json(votes) if votes else None,
+                    votes_json(votes) if votes else None,
                     request_id,
                 )
                 won = done is not None
@@ -1290,24 +1290,6 @@ def _filter(status: Status | None, before: str | None) -> tuple[str, builtins.li
         args.append(before)
         where.append(f"(created_at, id) < (SELECT created_at, id FROM requests WHERE id = ${len(args)})")
     return " AND ".join(where), args
-
-
-def _vote(reply: Reply, at: float) -> Vote:
-    """A reply as a quorum vote (as SqliteStore's ``_vote``: the engines count the same votes)."""
-    return Vote(
-        person=reply.person or "",
-        on_behalf_of=reply.on_behalf_of,
-        channel=reply.channel,
-        responder=reply.responder,
-        decision=reply.decision or "deny",
-        comment=(reply.comment or "").strip() or None,
-        at=at,
-        payload_sha256=reply.payload_sha256,
-    )
-
-
-def _votes_json(votes: Sequence[Vote]) -> str:
-    return json.dumps([v.model_dump(mode="json") for v in votes])
 
 
 def _request(row: Any) -> Request:

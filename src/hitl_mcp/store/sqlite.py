@@ -30,7 +30,7 @@ import anyio.to_thread
 from hitl_mcp.anchor import ANCHOR_FILE, Anchorer
 from hitl_mcp.audit import GENESIS, SETTLING_EVENTS, AuditRow, row_hash
 from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now
-from hitl_mcp.quorum import Vote, count_vote
+from hitl_mcp.quorum import count_vote, vote_of, votes_json
 from hitl_mcp.store.base import (
     Change,
     DeliveryRow,
@@ -624,7 +624,7 @@ class SqliteStore:
                 won, fields, reason = False, dict(outcome), None
                 votes = current.votes
                 if current.status == Status.PENDING and current.approvals is not None:
-                    vote = _vote(reply, at)
+                    vote = vote_of(reply, at)
                     count = count_vote(current.approvals, current.votes, vote, current.payload_sha256)
                     if not count.counted:
                         self._reply_row(db, request_id, reply, at, False, count.reason)
@@ -635,7 +635,7 @@ class SqliteStore:
                     if count.decision is None:
                         db.execute(
                             "UPDATE requests SET votes = ? WHERE id = ? AND status = 'pending'",
-                            (_votes_json(votes), request_id),
+                            (votes_json(votes), request_id),
                         )
                         now_request = current.model_copy(update={"votes": votes})
                         said = now_request.progress or ""
@@ -661,7 +661,7 @@ class SqliteStore:
                             reply.channel,
                             reply.person,
                             reply.on_behalf_of,
-                            _votes_json(votes) if votes else None,
+                            votes_json(votes) if votes else None,
                             request_id,
                         ),
                     )
@@ -1289,24 +1289,6 @@ def _split_sql(script: str) -> list[str]:
     if "\n".join(buffer).strip():
         statements.append("\n".join(buffer).strip())
     return statements
-
-
-def _vote(reply: Reply, at: float) -> Vote:
-    """A reply as a quorum vote (a reply without a decision is refused before it gets here)."""
-    return Vote(
-        person=reply.person or "",
-        on_behalf_of=reply.on_behalf_of,
-        channel=reply.channel,
-        responder=reply.responder,
-        decision=reply.decision or "deny",
-        comment=(reply.comment or "").strip() or None,
-        at=at,
-        payload_sha256=reply.payload_sha256,
-    )
-
-
-def _votes_json(votes: Sequence[Vote]) -> str:
-    return json.dumps([v.model_dump(mode="json") for v in votes])
 
 
 def _request(row: sqlite3.Row) -> Request:
