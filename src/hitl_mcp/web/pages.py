@@ -65,7 +65,8 @@ async def inbox(http: HttpRequest) -> Response:
 
 
 async def _inbox_context(http: HttpRequest, away: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The inbox page's own context (``page_context`` adds the layout's); ``away``: the Away form as sent, when it comes back with an error."""
+    """The inbox page's own context (``page_context`` adds the layout's); ``away``: the Away form as
+    sent, when it comes back with an error."""
     broker = await web(http).broker()
     before = http.query_params.get("before") or None
     if before is not None and (len(before) > 64 or await broker.get(before) is None):
