@@ -294,7 +294,7 @@ people:
   backup: {web: b}
   lead: {web: l}
 delegations:
-  - {from: backup, to: lead, until: 2099-01-01}
+  - {from: lead, to: owner, until: 2099-01-01}
 """
 
 
@@ -318,8 +318,8 @@ async def test_the_inbox_sets_a_delegation_as_the_cli_does(state_dir: Path) -> N
 
         done = await web.post("/delegations", data=form(csrf(rt, web), **fields))
         assert done.status_code == 303 and done.headers["location"] == "/"
-        # the next request to owner goes to backup (and on: backup is away to lead in the config)
-        assert await delegated_to(broker, "owner") == [{"person": "owner", "to": "lead"}]
+        # the next request to owner goes to backup
+        assert await delegated_to(broker, "owner") == [{"person": "owner", "to": "backup"}]
         (stored,) = await delegation.stored(broker.store)
         assert (stored.from_, stored.to, stored.set_by) == ("owner", "backup", "web inbox user")
         rows = [(r.actor, r.data) for r in await broker.history.audit() if r.event == "delegation_set"]
@@ -335,9 +335,14 @@ async def test_the_inbox_sets_a_delegation_as_the_cli_does(state_dir: Path) -> N
             return said.text
 
         # refusals come back on the inbox, with the form as it was sent
-        loop = await refused(422, **{"from": "lead", "to": "owner"})
-        assert "Refused: delegations form a loop: lead -&gt; owner -&gt; backup -&gt; lead." in loop
-        assert '<option value="lead" selected>' in loop and 'value="2099-01-01T09:30"' in loop
+        # backup -> lead closes a loop with the config's lead -> owner and the inbox's owner -> backup
+        loop = await refused(422, **{"from": "backup", "to": "lead"})
+        assert "Refused: delegations form a loop: backup -&gt; lead -&gt; owner -&gt; backup." in loop
+        assert (
+            '<option value="backup" selected>' in loop
+            and '<option value="lead" selected>' in loop
+            and 'value="2099-01-01T09:30"' in loop
+        )
         assert "Refused: owner cannot delegate to themselves." in await refused(422, to="owner")
         assert "Refused: until is in the past." in await refused(422, until="2000-01-01T00:00")
         assert "Unknown person &#39;carol&#39;; people: owner, backup, lead." in await refused(
@@ -356,10 +361,15 @@ async def test_the_inbox_sets_a_delegation_as_the_cli_does(state_dir: Path) -> N
         assert len([r for r in await broker.history.audit() if r.event == "delegation_set"]) == 1
 
         # a second one for owner replaces the first; it starts later, so owner is asked until then
-        later = {"from": "owner", "to": "lead", "from_time": "2098-06-01T00:00", "until": "2098-07-01T00:00"}
+        later = {
+            "from": "owner",
+            "to": "backup",
+            "from_time": "2098-06-01T00:00",
+            "until": "2098-07-01T00:00",
+        }
         assert (await web.post("/delegations", data=form(csrf(rt, web), **later))).status_code == 303
         (stored,) = await delegation.stored(broker.store)
-        assert (stored.to, stored.from_time) == ("lead", delegation.when("2098-06-01"))
+        assert (stored.to, stored.from_time) == ("backup", delegation.when("2098-06-01"))
         assert await delegated_to(broker, "owner") == []
 
 
