@@ -2,7 +2,7 @@
 backup's answer is credited to backup on behalf of owner; its window starts and ends at the times
 written (no sleeps: the windows are placed around now); chains are bounded and loops refused; a
 delegate counts once in a quorum; ``hitl-mcp delegate`` sets, lists and ends one for every process on
-the store.
+the store, and the inbox's Away form sets and ends one the same way.
 
 Real broker and SQLite store with the kit's ``TestChannel``: owner is reached on ``mail`` only, backup
 on ``push`` only, so where a request went says who it went to.
@@ -286,3 +286,99 @@ delegations:
         again = await web.post("/delegations/owner/end", data=form(csrf(rt, web)))
         assert again.status_code == 404
         assert "backup → lead" not in (await web.get("/")).text
+
+
+AWAY_PEOPLE = """
+people:
+  owner: {web: o}
+  backup: {web: b}
+  lead: {web: l}
+delegations:
+  - {from: lead, to: owner, until: 2099-01-01}
+"""
+
+
+async def delegated_to(broker: Broker, person: str) -> list[dict[str, Any]]:
+    """The ``delegated`` rows of a new request to ``person``: whom the broker sent it to instead."""
+    request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Who answers?", to=[person]))
+    return [row.data for row in await broker.history.audit(request.id) if row.event == "delegated"]
+
+
+async def test_the_inbox_sets_a_delegation_as_the_cli_does(state_dir: Path) -> None:
+    async with running(state_dir, make_config(AWAY_PEOPLE)) as rt, browser_like(rt) as web:
+        broker = await rt.broker()
+        page = (await web.get("/")).text
+        assert 'action="/delegations"' in page and '<option value="lead">lead</option>' in page
+        assert await delegated_to(broker, "owner") == []
+
+        # a form without the session's CSRF token changes nothing
+        fields = {"from": "owner", "to": "backup", "until": "2099-01-01T09:30"}
+        forged = await web.post("/delegations", data=form(None, **fields))
+        assert forged.status_code == 403 and await delegation.stored(broker.store) == []
+
+        done = await web.post("/delegations", data=form(csrf(rt, web), **fields))
+        assert done.status_code == 303 and done.headers["location"] == "/"
+        # the next request to owner goes to backup
+        assert await delegated_to(broker, "owner") == [{"person": "owner", "to": "backup"}]
+        (stored,) = await delegation.stored(broker.store)
+        assert (stored.from_, stored.to, stored.set_by) == ("owner", "backup", "web inbox user")
+        rows = [(r.actor, r.data) for r in await broker.history.audit() if r.event == "delegation_set"]
+        assert rows == [
+            ("web inbox user", {"from": "owner", "to": "backup", "until": "2099-01-01T09:30:00.000Z"})
+        ]
+        page = (await web.get("/")).text
+        assert "owner → backup" in page and 'action="/delegations/owner/end"' in page
+
+        async def refused(**sent: str) -> str:
+            said = await web.post("/delegations", data=form(csrf(rt, web), **{**fields, **sent}))
+            assert said.status_code == 422
+            return said.text
+
+        # refusals come back on the inbox, with the form as it was sent
+        # backup -> lead closes a loop with the config's lead -> owner and the inbox's owner -> backup
+        loop = await refused(**{"from": "backup", "to": "lead"})
+        assert "Refused: delegations form a loop: backup -&gt; lead -&gt; owner -&gt; backup." in loop
+        assert (
+            '<option value="backup" selected>' in loop
+            and '<option value="lead" selected>' in loop
+            and 'value="2099-01-01T09:30"' in loop
+        )
+        assert "Refused: owner cannot delegate to themselves." in await refused(to="owner")
+        assert "Refused: until is in the past." in await refused(until="2000-01-01T00:00")
+        assert "Unknown person &#39;carol&#39;; people: owner, backup, lead." in await refused(to="carol")
+        assert "is not an ISO date or date-time" in await refused(until="next week")
+        assert "Say until when the delegation lasts." in await refused(until="")
+        as_json = await web.post(
+            "/delegations",
+            data=form(csrf(rt, web), **{**fields, "to": "owner"}),
+            headers={"Accept": "application/json"},
+        )
+        assert as_json.status_code == 422
+        assert as_json.json() == {"ok": False, "error": "Refused: owner cannot delegate to themselves."}
+        assert [d.to for d in await delegation.stored(broker.store)] == ["backup"]  # nothing changed
+        assert len([r for r in await broker.history.audit() if r.event == "delegation_set"]) == 1
+
+        # a second one for owner replaces the first; it starts later, so owner is asked until then
+        later = {
+            "from": "owner",
+            "to": "backup",
+            "from_time": "2098-06-01T00:00",
+            "until": "2098-07-01T00:00",
+        }
+        assert (await web.post("/delegations", data=form(csrf(rt, web), **later))).status_code == 303
+        (stored,) = await delegation.stored(broker.store)
+        assert (stored.to, stored.from_time) == ("backup", delegation.when("2098-06-01"))
+        assert await delegated_to(broker, "owner") == []
+
+
+async def test_the_away_form_needs_people(state_dir: Path) -> None:
+    async with running(state_dir) as rt, browser_like(rt) as web:
+        page = (await web.get("/")).text
+        assert 'action="/delegations"' not in page and ">Away<" not in page
+        said = await web.post(
+            "/delegations", data=form(csrf(rt, web), **{"from": "a", "to": "b", "until": "2099-01-01"})
+        )
+        assert (
+            said.status_code == 422
+            and "Unknown person &#39;a&#39;; people: none are configured." in said.text
+        )

@@ -108,6 +108,28 @@ class BrokerViews:
         every = [*self.policy.delegations, *await delegation.stored(self.store)]
         return [d for d in every if d.is_active(at)]
 
+    def people(self) -> list[str]:
+        """The configured people (``people:``), in config order."""
+        return list(self.policy.people)
+
+    async def set_delegation(
+        self, person: str, to: str, until: str, from_time: str | None, actor: str
+    ) -> Delegation:
+        """Set ``person``'s run-time delegation (the inbox's Away form), checked against the config's
+        people and delegations as ``hitl-mcp delegate`` is: ``delegation.put``, which raises
+        ``ValueError`` (or its ``Refused``) with what is wrong."""
+        return await delegation.put(
+            self.store,
+            person,
+            to,
+            until,
+            from_time,
+            people=self.policy.people,
+            configured=self.policy.delegations,
+            actor=actor,
+            at=now(),
+        )
+
     async def end_delegation(self, person: str, actor: str) -> list[Delegation]:
         """End ``person``'s run-time delegation (the inbox's "End"); the ones ended."""
         return await delegation.end(self.store, person, actor, now())

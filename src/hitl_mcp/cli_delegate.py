@@ -5,7 +5,8 @@
     hitl-mcp delegate --end owner                                           end owner's run-time delegation
 
 Run-time delegations are kept in the store (every server process on it applies them at once) and each
-change is an audit row (``delegation_set``, ``delegation_ended``) naming who made it.
+change is an audit row (``delegation_set``, ``delegation_ended``) naming who made it. Setting and ending
+are ``delegation.put`` and ``delegation.end``, as in the inbox's Away form.
 """
 
 from __future__ import annotations
@@ -59,53 +60,29 @@ def cmd_delegate(args: argparse.Namespace) -> int:
                     raise CliError(f"no run-time delegation from {args.end!r}")
                 print(f"ended: {args.end} no longer delegates to {', '.join(d.to for d in ending)}")
                 return 0
-            new = _new(args, config.people, at, actor)
-            kept = [d for d in runtime if d.from_ != new.from_]
-            problem = delegation.chain_problem([new, *config.delegations, *kept])  # named from the new one
-            if problem:
-                raise CliError(f"refused: {problem}")
-            await delegation.store(broker.store, [*kept, new])
-            data: dict[str, Any] = {"from": new.from_, "to": new.to, "until": iso(new.until)}
-            if new.from_time is not None:
-                data["from_time"] = iso(new.from_time)
-            await broker.store.record(None, "delegation_set", actor, data)
+            if args.to is None or args.until is None:
+                raise CliError("usage: hitl-mcp delegate PERSON TO --until WHEN [--from WHEN]")
+            try:
+                new = await delegation.put(
+                    broker.store,
+                    args.person,
+                    args.to,
+                    args.until,
+                    args.from_time or None,
+                    people=config.people,
+                    configured=config.delegations,
+                    actor=actor,
+                    at=at,
+                )
+            except delegation.Refused as exc:
+                raise CliError(f"refused: {exc}") from None
+            except ValueError as exc:
+                raise CliError(str(exc)) from None
             start = f" from {iso(new.from_time)}" if new.from_time is not None else ""
             print(f"delegated: {new.from_} -> {new.to}{start} until {iso(new.until)}")
             return 0
 
     return run(go)
-
-
-def _new(args: argparse.Namespace, people: Any, at: float, actor: str) -> Any:
-    from hitl_mcp.delegation import Delegation, when
-
-    if args.to is None or args.until is None:
-        raise CliError("usage: hitl-mcp delegate PERSON TO --until WHEN [--from WHEN]")
-    for name in (args.person, args.to):
-        if name not in people:
-            known = ", ".join(people) or "none are configured"
-            raise CliError(f"unknown person {name!r}; people: {known}")
-    try:
-        until = when(args.until)
-        start = when(args.from_time) if args.from_time else None
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
-    new = Delegation.model_validate(
-        {
-            "from": args.person,
-            "to": args.to,
-            "from_time": start,
-            "until": until,
-            "set_by": actor,
-            "set_at": at,
-        }
-    )
-    problem = new.own_problem()
-    if problem is None and until <= at:
-        problem = "until is in the past"
-    if problem:
-        raise CliError(f"refused: {problem}")
-    return new
 
 
 def _print(configured: list[Any], runtime: list[Any], at: float) -> None:

@@ -3,10 +3,11 @@
 A delegation comes from the config (``delegations:``) or is set at run time (``hitl-mcp delegate``),
 kept in the store's state (channel ``_people``, key ``delegations``) so that every process on the
 store sees it. Each has a window (``from_time`` to ``until``). Chains (owner -> backup -> carol) are
-followed at most ``MAX_HOPS`` hops, and a loop is refused where it is written (a config error, a CLI
-refusal). The broker applies the delegations active at ask time (where a request goes) and at vote
-time (whom a reply stands for); these are pure functions of the list and the time, apart from
-:func:`stored` and :func:`store`, which read and write the list.
+followed at most ``MAX_HOPS`` hops, and a loop is refused where it is written (a config error, a
+refusal from the CLI or the inbox). The broker applies the delegations active at ask time (where a
+request goes) and at vote time (whom a reply stands for); these are pure functions of the list and
+the time, apart from :func:`stored` and :func:`store`, which read and write the list, and :func:`put`
+and :func:`end`, the one way the CLI and the inbox set and end a run-time delegation.
 """
 
 from __future__ import annotations
@@ -19,16 +20,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
+from hitl_mcp.models import iso
+
 if TYPE_CHECKING:
     from hitl_mcp.store.base import Store
 
 __all__ = [
     "MAX_HOPS",
     "Delegation",
+    "Refused",
     "active",
     "chain_problem",
     "delegate_of",
     "end",
+    "put",
     "stands_for",
     "store",
     "stored",
@@ -172,6 +177,56 @@ async def stored(source: Store) -> list[Delegation]:
 async def store(target: Store, delegations: Sequence[Delegation]) -> None:
     value = [d.model_dump(mode="json", by_alias=True) for d in delegations]
     await target.set_state(*STATE, json.dumps(value))
+
+
+class Refused(ValueError):
+    """A delegation the rules refuse (to themselves, an empty or past window, a loop, a long chain);
+    an unknown person or an unreadable time is a plain ``ValueError``."""
+
+
+async def put(
+    target: Store,
+    person: str,
+    to: str,
+    until: Any,
+    from_time: Any = None,
+    *,
+    people: Iterable[str],
+    configured: Sequence[Delegation],
+    actor: str,
+    at: float,
+) -> Delegation:
+    """Set (or replace) ``person``'s run-time delegation to ``to`` until ``until`` (from ``from_time``,
+    unset: now), audited ``delegation_set`` with ``actor``: what ``hitl-mcp delegate`` and the inbox's
+    Away form do. ``people`` are the configured ones, ``configured`` the config's delegations. Raises
+    ``ValueError`` (an unknown person, a bad time) or ``Refused`` and changes nothing."""
+    known = list(people)
+    for name in (person, to):
+        if name not in known:
+            raise ValueError(f"unknown person {name!r}; people: {', '.join(known) or 'none are configured'}")
+    new = Delegation.model_validate(
+        {
+            "from": person,
+            "to": to,
+            "from_time": when(from_time) if from_time is not None else None,
+            "until": when(until),
+            "set_by": actor,
+            "set_at": at,
+        }
+    )
+    problem = new.own_problem()
+    if problem is None and new.until <= at:
+        problem = "until is in the past"
+    runtime = [d for d in await stored(target) if d.until > at and d.from_ != person]
+    problem = problem or chain_problem([new, *configured, *runtime])  # named from the new one
+    if problem:
+        raise Refused(problem)
+    await store(target, [*runtime, new])
+    data: dict[str, Any] = {"from": new.from_, "to": new.to, "until": iso(new.until)}
+    if new.from_time is not None:
+        data["from_time"] = iso(new.from_time)
+    await target.record(None, "delegation_set", actor, data)
+    return new
 
 
 async def end(target: Store, person: str, actor: str, at: float) -> list[Delegation]:

@@ -15,6 +15,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from hitl_mcp import delegation
 from hitl_mcp.broker import Broker
 from hitl_mcp.broker_views import times_asked
 from hitl_mcp.models import Kind, Reply, Request, Status, as_decision
@@ -60,6 +61,12 @@ async def _dismissed(broker: Broker, request_id: str) -> bool:
 
 @requires()
 async def inbox(http: HttpRequest) -> Response:
+    return render("inbox.html", **await _inbox_context(http), **await page_context(http, "inbox"))
+
+
+async def _inbox_context(http: HttpRequest, away: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The inbox page's own context (``page_context`` adds the layout's); ``away``: the Away form as
+    sent, when it comes back with an error."""
     broker = await web(http).broker()
     before = http.query_params.get("before") or None
     if before is not None and (len(before) > 64 or await broker.get(before) is None):
@@ -69,18 +76,18 @@ async def inbox(http: HttpRequest) -> Response:
     more = len(pending) > PENDING_PAGE
     pending = pending[:PENDING_PAGE]
     answered_id = http.query_params.get("answered")
-    return render(
-        "inbox.html",
-        groups=agent_groups(pending),
-        asked={r.id: await broker.times_asked(r.id) for r in pending},  # "asked 3 times": one card
-        next_page=pending[-1].id if more else None,
-        more=await broker.count_requests(Status.PENDING, pending[-1].id) if more else 0,
-        paged=before is not None,
-        notifications=await notification_feed(broker),
-        delegations=await broker.delegations_now(),
-        answered=await broker.get(answered_id[:64]) if answered_id else None,
-        **await page_context(http, "inbox"),
-    )
+    return {
+        "groups": agent_groups(pending),
+        "asked": {r.id: await broker.times_asked(r.id) for r in pending},  # "asked 3 times": one card
+        "next_page": pending[-1].id if more else None,
+        "more": await broker.count_requests(Status.PENDING, pending[-1].id) if more else 0,
+        "paged": before is not None,
+        "notifications": await notification_feed(broker),
+        "delegations": await broker.delegations_now(),
+        "people": broker.people(),
+        "away": away or {},
+        "answered": await broker.get(answered_id[:64]) if answered_id else None,
+    }
 
 
 async def request_context(
@@ -211,6 +218,35 @@ async def end_delegation(http: HttpRequest) -> Response:
 
 
 @requires()
+async def set_delegation(http: HttpRequest) -> Response:
+    """Set a run-time delegation from the inbox's Away form (``hitl-mcp delegate`` from the inbox);
+    checked as the CLI checks it, audited ``delegation_set``. A refusal comes back on the inbox."""
+    form = await read_post(
+        http, "Not set", stale="This form did not come from your inbox. Reload and try again."
+    )
+    broker = await web(http).broker()
+    fields = {name: form.get(name, "").strip()[:64] for name in ("from", "to", "until", "from_time")}
+    try:
+        if not fields["until"]:
+            raise ValueError("say until when the delegation lasts")
+        new = await broker.set_delegation(
+            fields["from"], fields["to"], fields["until"], fields["from_time"] or None, WEB_RESPONDER
+        )
+    except ValueError as exc:  # a refusal names people first: "Refused: owner cannot …", never "Owner"
+        said = f"refused: {exc}" if isinstance(exc, delegation.Refused) else str(exc)
+        message = said[:1].upper() + said[1:] + "."
+        if wants_json(http):
+            raise Problem(422, message, title="Not set") from None
+        page = await _inbox_context(http, {**fields, "error": message})
+        raise Problem(
+            422, message, title="Not set", template="inbox.html", context=page, page="inbox"
+        ) from None
+    if wants_json(http):
+        return JSONResponse({"ok": True, "delegation": new.model_dump(mode="json", by_alias=True)})
+    return RedirectResponse("/", status_code=303)
+
+
+@requires()
 async def history(http: HttpRequest) -> Response:
     broker = await web(http).broker()
     wanted = HistoryFilter.from_query(http.query_params)
@@ -241,5 +277,6 @@ routes: list[BaseRoute] = [
     Route("/history", history, methods=["GET"]),
     Route("/notifications/dismiss", dismiss, methods=["POST"]),
     Route("/notifications/{id}/dismiss", dismiss, methods=["POST"]),
+    Route("/delegations", set_delegation, methods=["POST"]),
     Route("/delegations/{person}/end", end_delegation, methods=["POST"]),
 ]
