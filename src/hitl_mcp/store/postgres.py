@@ -52,29 +52,18 @@ from hitl_mcp.store.base import (
     StoreError,
 )
 from hitl_mcp.store.pg_schema import MIGRATIONS, VERSION_TABLE
+from hitl_mcp.store.rows import BODY_FIELDS
+from hitl_mcp.store.rows import audit_row as _audit_row
+from hitl_mcp.store.rows import delivery as _delivery
+from hitl_mcp.store.rows import reply as _reply
+from hitl_mcp.store.rows import request as _request
+from hitl_mcp.store.rows import rule as _rule
+from hitl_mcp.store.rows import step as _step
 from hitl_mcp.store.select import redact
 
 log = logging.getLogger("hitl_mcp.store")
 T = TypeVar("T")
 Conn = Any  # an asyncpg connection (a pool's proxy or a plain one)
-
-BODY_FIELDS = (
-    "text",
-    "title",
-    "details",
-    "context",
-    "choices",
-    "allow_free_text",
-    "payload",
-    "payload_sha256",
-    "risk",
-    "level",
-    "default_answer",
-    "channels",
-    "client_name",
-    "to",
-    "approvals",
-)
 
 #: the channel every audit-appending transaction notifies
 CHANNEL = "hitl_changes"
@@ -1290,107 +1279,3 @@ def _filter(status: Status | None, before: str | None) -> tuple[str, builtins.li
         args.append(before)
         where.append(f"(created_at, id) < (SELECT created_at, id FROM requests WHERE id = ${len(args)})")
     return " AND ".join(where), args
-
-
-def _request(row: Any) -> Request:
-    body = json.loads(row["body"])
-    return Request(
-        id=row["id"],
-        kind=Kind(row["kind"]),
-        status=Status(row["status"]),
-        idempotency_key=row["idempotency_key"],
-        session_key=row["session_key"],
-        owner=row["owner"],
-        created_at=row["created_at"],
-        expires_at=row["expires_at"],
-        closed_at=row["closed_at"],
-        answer=row["answer"],
-        choice=row["choice"],
-        approved=row["approved"],
-        comment=row["comment"],
-        responder=row["responder"],
-        channel=row["channel"],
-        person=row["person"],
-        on_behalf_of=row["on_behalf_of"],
-        votes=json.loads(row["votes"] or "[]"),
-        **body,
-    )
-
-
-def _delivery(row: Any) -> DeliveryRow:
-    return DeliveryRow(
-        id=row["id"],
-        request_id=row["request_id"],
-        channel=row["channel"],
-        action=row["action"],
-        status=row["status"],
-        attempts=row["attempts"],
-        ref=row["ref"],
-        detail=json.loads(row["detail"] or "{}"),
-        error=row["error"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
-
-
-def _step(row: Any) -> StepRow:
-    return StepRow(
-        id=row["id"],
-        request_id=row["request_id"],
-        number=row["number"],
-        due_at=row["due_at"],
-        action=row["action"],
-        channels=json.loads(row["channels"]),
-        label=row["label"],
-        status=row["status"],
-        done_at=row["done_at"],
-    )
-
-
-def _reply(row: Any) -> ReplyRow:
-    return ReplyRow(
-        id=row["id"],
-        request_id=row["request_id"],
-        channel=row["channel"],
-        responder=row["responder"],
-        text=row["text"],
-        choice=row["choice"],
-        decision=row["decision"],
-        comment=row["comment"],
-        received_at=row["received_at"],
-        won=row["won"],
-        reason=row["reason"],
-        person=row["person"],
-        on_behalf_of=row["on_behalf_of"],
-        payload_sha256=row["payload_sha256"],
-    )
-
-
-def _rule(row: Any) -> RuleRow:
-    return RuleRow(
-        id=row["id"],
-        agent=row["agent"],
-        tool=row["tool"],
-        arguments=json.loads(row["arguments"]),
-        high_risk=row["high_risk"],
-        created_by=row["created_by"],
-        created_at=row["created_at"],
-        expires_at=row["expires_at"],
-        uses_left=row["uses_left"],
-        fired=row["fired"],
-        revoked_at=row["revoked_at"],
-        revoked_by=row["revoked_by"],
-    )
-
-
-def _audit_row(row: Any) -> AuditRow:
-    return AuditRow(
-        seq=row["seq"],
-        at=row["at"],
-        request_id=row["request_id"],
-        event=row["event"],
-        actor=row["actor"],
-        data=json.loads(row["data"]),
-        prev_hash=row["prev_hash"],
-        hash=row["hash"],
-    )

@@ -41,27 +41,15 @@ from hitl_mcp.store.base import (
     StepRow,
     StoreError,
 )
+from hitl_mcp.store.rows import BODY_FIELDS
+from hitl_mcp.store.rows import audit_row as _audit_row
+from hitl_mcp.store.rows import delivery as _delivery
+from hitl_mcp.store.rows import reply as _reply
+from hitl_mcp.store.rows import request as _request
+from hitl_mcp.store.rows import rule as _rule
+from hitl_mcp.store.rows import step as _step
 
 T = TypeVar("T")
-
-BODY_FIELDS = (
-    "text",
-    "title",
-    "details",
-    "context",
-    "choices",
-    "allow_free_text",
-    "payload",
-    "payload_sha256",
-    "risk",
-    "level",
-    "default_answer",
-    "channels",
-    "client_name",
-    "to",
-    "approvals",
-)
-OUTCOME_FIELDS = ("answer", "choice", "approved", "comment", "responder", "channel")
 
 MIGRATIONS: list[str] = [
     # 1: the first schema
@@ -1289,108 +1277,3 @@ def _split_sql(script: str) -> list[str]:
     if "\n".join(buffer).strip():
         statements.append("\n".join(buffer).strip())
     return statements
-
-
-def _request(row: sqlite3.Row) -> Request:
-    body = json.loads(row["body"])
-    approved = row["approved"]
-    return Request(
-        id=row["id"],
-        kind=Kind(row["kind"]),
-        status=Status(row["status"]),
-        idempotency_key=row["idempotency_key"],
-        session_key=row["session_key"],
-        owner=row["owner"],
-        created_at=row["created_at"],
-        expires_at=row["expires_at"],
-        closed_at=row["closed_at"],
-        answer=row["answer"],
-        choice=row["choice"],
-        approved=None if approved is None else bool(approved),
-        comment=row["comment"],
-        responder=row["responder"],
-        channel=row["channel"],
-        person=row["person"],
-        on_behalf_of=row["on_behalf_of"],
-        votes=json.loads(row["votes"] or "[]"),
-        **body,
-    )
-
-
-def _delivery(row: sqlite3.Row) -> DeliveryRow:
-    return DeliveryRow(
-        id=row["id"],
-        request_id=row["request_id"],
-        channel=row["channel"],
-        action=row["action"],
-        status=row["status"],
-        attempts=row["attempts"],
-        ref=row["ref"],
-        detail=json.loads(row["detail"] or "{}"),
-        error=row["error"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
-
-
-def _step(row: sqlite3.Row) -> StepRow:
-    return StepRow(
-        id=row["id"],
-        request_id=row["request_id"],
-        number=row["number"],
-        due_at=row["due_at"],
-        action=row["action"],
-        channels=json.loads(row["channels"]),
-        label=row["label"],
-        status=row["status"],
-        done_at=row["done_at"],
-    )
-
-
-def _reply(row: sqlite3.Row) -> ReplyRow:
-    return ReplyRow(
-        id=row["id"],
-        request_id=row["request_id"],
-        channel=row["channel"],
-        responder=row["responder"],
-        text=row["text"],
-        choice=row["choice"],
-        decision=row["decision"],
-        comment=row["comment"],
-        received_at=row["received_at"],
-        won=bool(row["won"]),
-        reason=row["reason"],
-        person=row["person"],
-        on_behalf_of=row["on_behalf_of"],
-        payload_sha256=row["payload_sha256"],
-    )
-
-
-def _rule(row: sqlite3.Row) -> RuleRow:
-    return RuleRow(
-        id=row["id"],
-        agent=row["agent"],
-        tool=row["tool"],
-        arguments=json.loads(row["arguments"]),
-        high_risk=bool(row["high_risk"]),
-        created_by=row["created_by"],
-        created_at=row["created_at"],
-        expires_at=row["expires_at"],
-        uses_left=row["uses_left"],
-        fired=row["fired"],
-        revoked_at=row["revoked_at"],
-        revoked_by=row["revoked_by"],
-    )
-
-
-def _audit_row(row: sqlite3.Row) -> AuditRow:
-    return AuditRow(
-        seq=row["seq"],
-        at=row["at"],
-        request_id=row["request_id"],
-        event=row["event"],
-        actor=row["actor"],
-        data=json.loads(row["data"]),
-        prev_hash=row["prev_hash"],
-        hash=row["hash"],
-    )

@@ -1,0 +1,113 @@
+"""What a stored row means: the fields a request keeps in its JSON ``body``, and the converters from a
+row (``sqlite3.Row`` or ``asyncpg.Record``: both are read by column name) to the store's values.
+
+Both engines have the same tables and columns; their SQL stays in each engine. The two differences
+a converter sees are handled here: JSON columns are text on both engines (decoded with
+``json.loads``), and flags are booleans in PostgreSQL but integers 0/1 in SQLite (made ``bool``).
+A column keeps the name of the field it fills.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from functools import cache
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from hitl_mcp.audit import AuditRow
+from hitl_mcp.models import Kind, Request, Status
+from hitl_mcp.store.base import DeliveryRow, ReplyRow, RuleRow, StepRow
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+D = TypeVar("D", bound="DataclassInstance")
+
+
+class Row(Protocol):
+    """A row as both engines return it: its values by column name."""
+
+    def __getitem__(self, column: str, /) -> Any: ...
+
+
+#: a request's fields kept together in its ``body`` column (JSON), not in columns of their own
+BODY_FIELDS = (
+    "text",
+    "title",
+    "details",
+    "context",
+    "choices",
+    "allow_free_text",
+    "payload",
+    "payload_sha256",
+    "risk",
+    "level",
+    "default_answer",
+    "channels",
+    "client_name",
+    "to",
+    "approvals",
+)
+#: a request's outcome columns, filled when it settles
+OUTCOME_FIELDS = ("answer", "choice", "approved", "comment", "responder", "channel")
+
+
+def _flag(value: Any) -> bool:
+    """A flag column: a boolean in PostgreSQL, 0/1 in SQLite."""
+    return bool(value)
+
+
+def request(row: Row) -> Request:
+    approved = row["approved"]
+    return Request(
+        id=row["id"],
+        kind=Kind(row["kind"]),
+        status=Status(row["status"]),
+        idempotency_key=row["idempotency_key"],
+        session_key=row["session_key"],
+        owner=row["owner"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        closed_at=row["closed_at"],
+        answer=row["answer"],
+        choice=row["choice"],
+        approved=None if approved is None else _flag(approved),
+        comment=row["comment"],
+        responder=row["responder"],
+        channel=row["channel"],
+        person=row["person"],
+        on_behalf_of=row["on_behalf_of"],
+        votes=json.loads(row["votes"] or "[]"),
+        **json.loads(row["body"]),
+    )
+
+
+@cache
+def _names(cls: type[DataclassInstance]) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def _from_row(cls: type[D], row: Row, **decoded: Any) -> D:
+    """A ``cls`` from the columns named like its fields, but for the ``decoded`` ones, given."""
+    plain = {name: row[name] for name in _names(cls) if name not in decoded}
+    return cls(**plain, **decoded)
+
+
+def delivery(row: Row) -> DeliveryRow:
+    return _from_row(DeliveryRow, row, detail=json.loads(row["detail"] or "{}"))
+
+
+def step(row: Row) -> StepRow:
+    return _from_row(StepRow, row, channels=json.loads(row["channels"]))
+
+
+def reply(row: Row) -> ReplyRow:
+    return _from_row(ReplyRow, row, won=_flag(row["won"]))
+
+
+def rule(row: Row) -> RuleRow:
+    return _from_row(RuleRow, row, arguments=json.loads(row["arguments"]), high_risk=_flag(row["high_risk"]))
+
+
+def audit_row(row: Row) -> AuditRow:
+    return _from_row(AuditRow, row, data=json.loads(row["data"]))
