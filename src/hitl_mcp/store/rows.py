@@ -1,10 +1,10 @@
 """What a stored row means: the fields a request keeps in its JSON ``body``, and the converters from a
 row (``sqlite3.Row`` or ``asyncpg.Record``: both are read by column name) to the store's values.
 
-Both engines have the same tables and columns; their SQL stays in each engine. The two differences
-a converter sees are handled here: JSON columns are text on both engines (decoded with
-``json.loads``), and flags are booleans in PostgreSQL but integers 0/1 in SQLite (made ``bool``).
-A column keeps the name of the field it fills.
+Both engines have the same tables and columns, each named like the field it fills; their SQL stays
+in each engine. JSON columns are text on both (decoded here). The one difference a converter sees:
+flags (``approved``, ``won``, ``high_risk``) are booleans in PostgreSQL but integers 0/1 in SQLite,
+so they are made ``bool`` here.
 """
 
 from __future__ import annotations
