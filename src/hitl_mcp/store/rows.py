@@ -48,8 +48,6 @@ BODY_FIELDS = (
     "to",
     "approvals",
 )
-#: a request's outcome columns, filled when it settles
-OUTCOME_FIELDS = ("answer", "choice", "approved", "comment", "responder", "channel")
 
 
 def _flag(value: Any) -> bool:
