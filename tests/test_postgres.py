@@ -301,3 +301,34 @@ def test_sqlite_never_loads_asyncpg(tmp_path: Path) -> None:
     )
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
     assert (done.returncode, done.stdout) == (0, "False\n"), done.stderr
+
+
+async def test_healthz_answers_503_while_the_listener_is_down_and_200_once_it_is_back(
+    tmp_path: Path, postgres_url: str, postgres_cluster: Cluster
+) -> None:
+    """A replica that would miss other replicas' answers says so, for the balancer to drain it: its
+    listener is cut and cannot reconnect (the database takes no new connections), while the pool's
+    open connections still answer the store's read."""
+    port = free_port()
+    config = tmp_path / "a.yaml"
+    config.write_text(f"server:\n  http: {{host: 127.0.0.1, port: {port}}}\n  store: '{postgres_url}'\n")
+    name = dbname(postgres_url)
+    async with (
+        server_process(serve_args(config, "--transport", "http"), server_env(tmp_path / "state")),
+        httpx2.AsyncClient() as http,
+    ):
+        health = f"http://127.0.0.1:{port}/healthz"
+        assert (await http.get(health)).status_code == 200
+
+        async def status(code: int) -> bool:
+            return (await http.get(health)).status_code == code
+
+        await postgres_cluster.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        try:
+            assert await postgres_cluster.terminate(name, "hitl-mcp listener") == 1
+            await eventually(lambda: status(503))
+            body = (await http.get(health)).json()
+            assert body["status"] == "unavailable" and postgres_url not in str(body)
+        finally:
+            await postgres_cluster.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        await eventually(lambda: status(200), seconds=30)  # the listener's backoff is at most 10 s
