@@ -22,7 +22,7 @@ from mcp_types import Implementation
 from hitl_mcp.models import Status
 from hitl_mcp.runtime import Runtime
 from hitl_mcp.tasks import EXTENSION
-from tests.conftest import api_client, running, sc, text_of
+from tests.conftest import api_client, make_config, running, sc, text_of
 from tests.tasks_client import TasksClient, cancel_task, get_task, start_task, update_task
 from tests.test_elicitation import form_config
 
@@ -454,3 +454,26 @@ def test_the_hosts_table_says_which_hosts_get_tasks_and_what_is_tested() -> None
     assert hasattr(test_ts_client, "test_ext_tasks_call_answered_as_a_task_polled_then_answered")
     assert hasattr(test_tasks_wire, "test_over_stdio_the_discover_probe_leads_to_tasks")
     assert "state/mcp-discover-verdicts.json" in text  # how to clear Claude Code's legacy verdict
+
+
+async def test_a_task_made_on_one_replica_is_read_answered_and_finished_on_another(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Replicas on one PostgreSQL database (each with a state directory of its own): a task is its
+    request's row, so a host's tasks/get that the balancer sends to the other replica finds it."""
+    config = make_config(f"server:\n  store: '{postgres_url}'\n")
+    async with (
+        running(tmp_path / "a", config) as a,
+        running(tmp_path / "b", config) as b,
+        tasks_client(a) as (on_a, _),
+        tasks_client(b) as (on_b, _),
+        api_client(b) as api_b,
+    ):
+        created = await start_task(on_a, "ask_user", {"question": "Which region?"})
+        seen = await get_task(on_b.session, created["taskId"])
+        assert seen["status"] == "working" and WAITING.match(seen["statusMessage"])
+        await reply(api_b, created["taskId"], {"text": "eu-west"})
+        for client in (on_a, on_b):
+            done = await get_task(client.session, created["taskId"])
+            assert done["status"] == "completed"
+            assert done["result"]["structuredContent"]["answer"] == "eu-west"
