@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from hitl_mcp import delegation
@@ -26,8 +27,10 @@ from hitl_mcp.escalation import Policy
 from hitl_mcp.models import Kind, Status, iso, now
 from hitl_mcp.quorum import Quorum
 from hitl_mcp.results import to_outcome
+from hitl_mcp.store.base import Store
 from tests.conftest import cli, make_config, running
 from tests.support.harness import channel_broker
+from tests.support.meeting import meeting_stores
 from tests.test_inbox_pages import browser_like, csrf, form
 
 pytestmark = pytest.mark.anyio
@@ -254,6 +257,51 @@ async def test_the_cli_sets_lists_and_ends_for_every_process(tmp_path: Path, sta
         ("delegation_ended", {"from": "owner", "to": "backup"}),
     ]
     assert all(actor and actor.endswith("(cli)") for _, actor, _ in rows)
+
+
+async def put_for_an_hour(store: Store, person: str, at: float) -> None:
+    """``person`` away to backup for an hour from ``at``, as ``hitl-mcp delegate`` sets it."""
+    await delegation.put(
+        store, person, "backup", at + 3600, people=PEOPLE, configured=[], actor=person, at=at
+    )
+
+
+async def test_two_delegations_set_at_once_by_two_processes_are_both_kept(tmp_path: Path) -> None:
+    """Two processes (the CLI and the inbox, two replicas) each read the list before either writes
+    it: both delegations are stored, each audited once."""
+    at = now()
+    async with meeting_stores(tmp_path / "hitl.sqlite3", 2, *delegation.STATE) as stores:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(put_for_an_hour, stores[0], "owner", at)
+            tg.start_soon(put_for_an_hour, stores[1], "lead", at)
+        kept = await delegation.stored(stores[0])
+        assert sorted((d.from_, d.to) for d in kept) == [("lead", "backup"), ("owner", "backup")]
+        rows = [(r.event, r.data["from"]) for r in await stores[0].audit()]
+        assert sorted(rows) == [("delegation_set", "lead"), ("delegation_set", "owner")]
+
+
+async def test_an_end_and_a_set_at_once_both_take_effect_and_two_ends_end_once(tmp_path: Path) -> None:
+    at = now()
+    async with channel_broker(tmp_path, start=False) as broker:  # owner's delegation, to end
+        await put_for_an_hour(broker.store, "owner", at)
+    async with meeting_stores(tmp_path / "hitl.sqlite3", 3, *delegation.STATE) as stores:
+        ended: list[list[Delegation]] = []
+
+        async def end(store: Store) -> None:
+            ended.append(await delegation.end(store, "owner", "inbox", at))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(end, stores[0])
+            tg.start_soon(end, stores[1])
+            tg.start_soon(put_for_an_hour, stores[2], "lead", at)
+        assert sorted(len(e) for e in ended) == [0, 1]  # owner's ended once, by one of the two
+        assert [(d.from_, d.to) for d in await delegation.stored(stores[0])] == [("lead", "backup")]
+        rows = [(r.event, r.data["from"]) for r in await stores[0].audit()]
+        assert sorted(rows) == [
+            ("delegation_ended", "owner"),
+            ("delegation_set", "lead"),
+            ("delegation_set", "owner"),
+        ]
 
 
 async def test_the_inbox_lists_the_delegations_active_now(state_dir: Path) -> None:

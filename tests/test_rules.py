@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 from mcp import Client
@@ -23,7 +24,9 @@ from hitl_mcp import broker as broker_module
 from hitl_mcp import broker_rules
 from hitl_mcp.asks import AskSpec
 from hitl_mcp.audit import check_requests
-from hitl_mcp.broker import Broker
+from hitl_mcp.broker import AskDefaults, Broker
+from hitl_mcp.channels.testing import TestChannel
+from hitl_mcp.errors import BrokerError
 from hitl_mcp.models import Kind, Status, now
 from hitl_mcp.rules import check_pattern, exactly, matches, subject
 from hitl_mcp.store.base import RuleRow
@@ -41,6 +44,8 @@ from tests.conftest import (
     write_config,
 )
 from tests.conftest import cli as hitl
+from tests.support.harness import channel_broker
+from tests.support.meeting import meeting_stores
 from tests.test_elicitation import browser, csrf_of
 
 pytestmark = pytest.mark.anyio
@@ -250,6 +255,59 @@ async def test_pause_denies_new_approvals_freezes_expiry_and_resume_pushes_it(
         events = [(a.event, a.actor) for a in await broker.history.audit() if a.request_id is None]
         assert events == [("rule_added", "me"), ("paused", "alice"), ("resumed", "bob")]
         assert check_requests(await broker.history.all_requests(), await broker.history.audit()) == []
+
+
+async def test_of_two_resumes_at_once_one_pushes_the_deadlines_and_the_other_finds_it_not_paused(
+    tmp_path: Path,
+) -> None:
+    """Two processes (each a broker on its own store of one database) resume at the same moment,
+    both having read the pause: the deadlines move back once, by the time paused, with one
+    ``resumed`` row; the other resume says approvals are not paused."""
+    async with channel_broker(tmp_path, lambda hub: TestChannel("push", hub=hub)) as first:
+        waiting, _ = await first.ask(approval(channels=["push"], timeout_seconds=60))
+        assert waiting.expires_at is not None
+        await first.pause("alice", "deploy freeze")
+        async with meeting_stores(tmp_path / "hitl.sqlite3", 2, "_hitl", "paused") as stores:
+            brokers = [Broker(store, {}, AskDefaults({}, {}), state_dir=tmp_path) for store in stores]
+            resumed: list[tuple[float, int]] = []
+            refused: list[str] = []
+
+            async def resume(broker: Broker, actor: str) -> None:
+                try:
+                    resumed.append(await broker.resume(actor))
+                except BrokerError as exc:
+                    refused.append(str(exc))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(resume, brokers[0], "bob")
+                tg.start_soon(resume, brokers[1], "carol")
+        ((seconds, moved),) = resumed
+        assert moved == 1 and refused == ["approvals are not paused"]
+        assert (await first.get_or_raise(waiting.id)).expires_at == waiting.expires_at + seconds
+        assert await first.paused() is None
+        events = [a.event for a in await first.history.audit() if a.request_id is None]
+        assert events == ["paused", "resumed"]
+
+
+async def test_of_two_pauses_at_once_the_first_stands_and_the_other_is_refused(tmp_path: Path) -> None:
+    async with meeting_stores(tmp_path / "hitl.sqlite3", 2, "_hitl", "paused") as stores:
+        brokers = [Broker(store, {}, AskDefaults({}, {}), state_dir=tmp_path) for store in stores]
+        paused: list[broker_rules.Pause] = []
+        refused: list[str] = []
+
+        async def pause(broker: Broker, actor: str) -> None:
+            try:
+                paused.append(await broker.pause(actor, f"{actor}'s freeze"))
+            except BrokerError as exc:
+                refused.append(str(exc))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pause, brokers[0], "alice")
+            tg.start_soon(pause, brokers[1], "bob")
+        (kept,) = paused
+        assert refused == [f"approvals are already {kept.words}"]
+        assert await brokers[1].paused() == kept == await brokers[0].paused()
+        assert [(a.event, a.actor) for a in await stores[0].audit()] == [("paused", kept.by)]
 
 
 async def test_pause_and_resume_from_the_cli_and_the_tool_result_says_paused(

@@ -1088,6 +1088,22 @@ async def test_channel_state_is_kept_per_channel(engine: Engine) -> None:
     assert await store.get_state("mail", "cursor") is None
 
 
+async def test_swap_state_writes_only_over_the_value_it_expects(engine: Engine) -> None:
+    store = engine.store
+    assert await store.swap_state("_people", "delegations", None, "[1]")  # absent: created
+    assert not await store.swap_state("_people", "delegations", None, "[2]")  # no longer absent
+    assert await store.get_state("_people", "delegations") == "[1]"
+    assert not await store.swap_state("_people", "delegations", "[]", "[3]")  # a stale read: refused
+    assert await store.get_state("_people", "delegations") == "[1]"
+    assert await store.swap_state("_people", "delegations", "[1]", "[1, 4]")  # the current one: written
+    assert await store.get_state("_people", "delegations") == "[1, 4]"
+    assert await store.swap_state("_people", "delegations", "[1, 4]", "")  # to an empty value, and back
+    assert await store.swap_state("_people", "delegations", "", "[5]")
+    assert not await store.swap_state("_hitl", "delegations", "[5]", "[6]")  # per channel
+    assert await store.get_state("_hitl", "delegations") is None
+    assert await store.get_state("_people", "delegations") == "[5]"
+
+
 async def test_first_seen_is_true_once_per_channel_and_id(engine: Engine) -> None:
     store = engine.store
     assert await store.first_seen("slack", "Ev1")
@@ -1366,6 +1382,19 @@ async def test_concurrent_creates_with_one_idempotency_key_make_one_request(engi
     assert [e for e, _, _ in await events(engine.store, request.id)] == ["created"] + ["reattached"] * 3
     assert len(await engine.store.deliveries(request.id)) == 2
     assert (await verify_audit(engine.store)).ok
+
+
+@pytest.mark.parametrize("start", [None, "v0"])
+async def test_of_concurrent_swaps_from_one_read_exactly_one_wins(engine: Engine, start: str | None) -> None:
+    if start is not None:
+        await engine.store.set_state("_hitl", "paused", start)
+
+    async def swap(store: Store, i: int) -> bool:
+        return await store.swap_state("_hitl", "paused", start, f"v{i + 1}")
+
+    won = race(engine, 4, swap)
+    assert won.count(True) == 1
+    assert await engine.store.get_state("_hitl", "paused") == f"v{won.index(True) + 1}"
 
 
 async def test_concurrent_appends_from_separate_processes_keep_one_chain(engine: Engine) -> None:

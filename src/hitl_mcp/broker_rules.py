@@ -74,28 +74,37 @@ class BrokerRules:
     # --- the kill switch ---------------------------------------------------------------------
 
     async def paused(self) -> Pause | None:
+        return (await self._pause_state())[1]
+
+    async def _pause_state(self) -> tuple[str | None, Pause | None]:
+        """The stored value as read (for ``swap_state``), and the pause it holds ("": none)."""
         value = await self.store.get_state(STATE_CHANNEL, PAUSE_KEY)
         if not value:
-            return None
+            return value, None
         data = json.loads(value)
-        return Pause(data["by"], data.get("reason", ""), data["at"])
+        return value, Pause(data["by"], data.get("reason", ""), data["at"])
 
     async def pause(self, actor: str, reason: str = "") -> Pause:
-        if (current := await self.paused()) is not None:
-            raise BrokerError(f"approvals are already {current.words}")
-        pause = Pause(actor, reason.strip(), now())
-        await self.store.set_state(
-            STATE_CHANNEL, PAUSE_KEY, json.dumps({"by": pause.by, "reason": pause.reason, "at": pause.at})
-        )
-        await self.store.record(None, "paused", actor, {"reason": pause.reason})
-        return pause
+        """Pause approvals; a pause already set (by anyone, even one set at the same moment) is kept,
+        and this one refused, naming it."""
+        read, current = await self._pause_state()
+        if current is None:
+            pause = Pause(actor, reason.strip(), now())
+            value = json.dumps({"by": pause.by, "reason": pause.reason, "at": pause.at})
+            if await self.store.swap_state(STATE_CHANNEL, PAUSE_KEY, read, value):
+                await self.store.record(None, "paused", actor, {"reason": pause.reason})
+                return pause
+            _, current = await self._pause_state()  # another pause came first: it stands
+            if current is None:
+                raise BrokerError("approvals were paused and resumed as this pause was made; pause again")
+        raise BrokerError(f"approvals are already {current.words}")
 
     async def resume(self, actor: str) -> tuple[float, int]:
-        """End the pause; (seconds it lasted, requests whose expiry moved back by that much)."""
-        current = await self.paused()
-        if current is None:
+        """End the pause; (seconds it lasted, requests whose expiry moved back by that much). Of two
+        resumes at once, one ends the pause and pushes the deadlines; the other finds it not paused."""
+        read, current = await self._pause_state()
+        if current is None or not await self.store.swap_state(STATE_CHANNEL, PAUSE_KEY, read, ""):
             raise BrokerError("approvals are not paused")
-        await self.store.set_state(STATE_CHANNEL, PAUSE_KEY, "")
         seconds = max(0.0, now() - current.at)
         moved = await self.store.push_expiries(
             seconds, actor, {"paused_by": current.by, "reason": current.reason}

@@ -49,7 +49,10 @@ def cmd_delegate(args: argparse.Namespace) -> int:
                 _print(config.delegations, runtime, at)
                 return 0
             if args.end is not None:
-                ending = await delegation.end(broker.store, args.end, actor, at)
+                try:
+                    ending = await delegation.end(broker.store, args.end, actor, at)
+                except ValueError as exc:
+                    raise CliError(str(exc)) from None
                 if not ending:
                     from_config = [d for d in config.delegations if d.from_ == args.end and d.until > at]
                     if from_config:

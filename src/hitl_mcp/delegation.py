@@ -7,7 +7,9 @@ followed at most ``MAX_HOPS`` hops, and a loop is refused where it is written (a
 refusal from the CLI or the inbox). The broker applies the delegations active at ask time (where a
 request goes) and at vote time (whom a reply stands for); these are pure functions of the list and
 the time, apart from :func:`stored` and :func:`store`, which read and write the list, and :func:`put`
-and :func:`end`, the one way the CLI and the inbox set and end a run-time delegation.
+and :func:`end`, the one way the CLI and the inbox set and end a run-time delegation: each reads the
+list, computes the change and writes it only over what it read (``Store.swap_state``), from a fresh
+read when another process changed the list meanwhile, so that two changes at once are both kept.
 """
 
 from __future__ import annotations
@@ -170,13 +172,33 @@ def _overlap(a: Delegation, b: Delegation) -> bool:
 
 async def stored(source: Store) -> list[Delegation]:
     """The run-time delegations (ended and expired ones are removed when the list is written)."""
-    raw = await source.get_state(*STATE)
-    return [Delegation.model_validate(item) for item in json.loads(raw or "[]")]
+    return (await _read(source))[1]
 
 
 async def store(target: Store, delegations: Sequence[Delegation]) -> None:
-    value = [d.model_dump(mode="json", by_alias=True) for d in delegations]
-    await target.set_state(*STATE, json.dumps(value))
+    """Overwrite the list, whatever it holds now; a change goes through :func:`put` or :func:`end`."""
+    await target.set_state(*STATE, _dump(delegations))
+
+
+#: how many times a change is computed again from a fresh read when another process changed the list
+#: between its read and its write (each lost try means another change landed)
+ATTEMPTS = 5
+
+
+async def _read(source: Store) -> tuple[str | None, list[Delegation]]:
+    raw = await source.get_state(*STATE)
+    return raw, [Delegation.model_validate(item) for item in json.loads(raw or "[]")]
+
+
+def _dump(delegations: Sequence[Delegation]) -> str:
+    return json.dumps([d.model_dump(mode="json", by_alias=True) for d in delegations])
+
+
+def _contended(what: str) -> ValueError:
+    return ValueError(
+        f"{what}: the delegations were changed by someone else {ATTEMPTS} times while it was written; "
+        "nothing was changed, try again"
+    )
 
 
 class Refused(ValueError):
@@ -199,7 +221,8 @@ async def put(
     """Set (or replace) ``person``'s run-time delegation to ``to`` until ``until`` (from ``from_time``,
     unset: now), audited ``delegation_set`` with ``actor``: what ``hitl-mcp delegate`` and the inbox's
     Away form do. ``people`` are the configured ones, ``configured`` the config's delegations. Raises
-    ``ValueError`` (an unknown person, a bad time) or ``Refused`` and changes nothing."""
+    ``ValueError`` (an unknown person, a bad time, other changes kept landing first: see ``ATTEMPTS``)
+    or ``Refused`` and changes nothing."""
     known = list(people)
     for name in (person, to):
         if name not in known:
@@ -217,11 +240,18 @@ async def put(
     problem = new.own_problem()
     if problem is None and new.until <= at:
         problem = "until is in the past"
-    runtime = [d for d in await stored(target) if d.until > at and d.from_ != person]
-    problem = problem or chain_problem([new, *configured, *runtime])  # named from the new one
     if problem:
         raise Refused(problem)
-    await store(target, [*runtime, new])
+    for _ in range(ATTEMPTS):  # read, check, write only over what was read: a change at once is kept
+        raw, every = await _read(target)
+        runtime = [d for d in every if d.until > at and d.from_ != person]
+        problem = chain_problem([new, *configured, *runtime])  # named from the new one
+        if problem:
+            raise Refused(problem)
+        if await target.swap_state(*STATE, raw, _dump([*runtime, new])):
+            break
+    else:
+        raise _contended(f"{person}'s delegation was not set")
     data: dict[str, Any] = {"from": new.from_, "to": new.to, "until": iso(new.until)}
     if new.from_time is not None:
         data["from_time"] = iso(new.from_time)
@@ -231,11 +261,18 @@ async def put(
 
 async def end(target: Store, person: str, actor: str, at: float) -> list[Delegation]:
     """End ``person``'s run-time delegations now (each audited ``delegation_ended`` with ``actor``),
-    and drop the expired ones; the ones ended."""
-    runtime = [d for d in await stored(target) if d.until > at]
-    ending = [d for d in runtime if d.from_ == person]
-    if ending:
-        await store(target, [d for d in runtime if d.from_ != person])
-        for d in ending:
-            await target.record(None, "delegation_ended", actor, {"from": d.from_, "to": d.to})
+    and drop the expired ones; the ones ended. Raises ``ValueError`` when other changes kept landing
+    first (see ``ATTEMPTS``), having ended nothing."""
+    for _ in range(ATTEMPTS):
+        raw, every = await _read(target)
+        runtime = [d for d in every if d.until > at]
+        ending = [d for d in runtime if d.from_ == person]
+        if not ending:
+            return []
+        if await target.swap_state(*STATE, raw, _dump([d for d in runtime if d.from_ != person])):
+            break
+    else:
+        raise _contended(f"{person}'s delegation was not ended")
+    for d in ending:  # by the one that wrote the change only
+        await target.record(None, "delegation_ended", actor, {"from": d.from_, "to": d.to})
     return ending

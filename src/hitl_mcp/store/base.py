@@ -240,6 +240,13 @@ class Store(Protocol):
 
     async def set_state(self, channel: str, key: str, value: str) -> None: ...
 
+    async def swap_state(self, channel: str, key: str, expected: str | None, value: str) -> bool:
+        """Set ``value`` only if the current value is still ``expected`` (None: the key is absent), in
+        one conditional write; true when it wrote. A read-modify-write of shared state (the run-time
+        delegations, the pause) reads, computes, then swaps from what it read, so that of two changes
+        at once one wins and the other reads again instead of overwriting it."""
+        ...
+
     async def first_seen(self, channel: str, external_id: str) -> bool:
         """Remember an inbound id (a provider's message or event id); false if it was seen before."""
         ...

@@ -1048,6 +1048,29 @@ class PostgresStore:
 
         await self._unit(work)
 
+    async def swap_state(self, channel: str, key: str, expected: str | None, value: str) -> bool:
+        async def work(conn: Conn) -> bool:
+            if expected is None:
+                wrote = await conn.fetchval(
+                    "INSERT INTO channel_state (channel, key, value) VALUES ($1, $2, $3)"
+                    " ON CONFLICT (channel, key) DO NOTHING RETURNING 1",
+                    channel,
+                    key,
+                    value,
+                )
+            else:  # a concurrent swap waits for the row, then finds its value changed: no row
+                wrote = await conn.fetchval(
+                    "UPDATE channel_state SET value = $3 WHERE channel = $1 AND key = $2 AND value = $4"
+                    " RETURNING 1",
+                    channel,
+                    key,
+                    value,
+                    expected,
+                )
+            return wrote is not None
+
+        return await self._unit(work)
+
     async def first_seen(self, channel: str, external_id: str) -> bool:
         async def work(conn: Conn) -> bool:
             added = await conn.fetchval(

@@ -1021,6 +1021,24 @@ class SqliteStore:
 
         return await self._run(work)
 
+    async def swap_state(self, channel: str, key: str, expected: str | None, value: str) -> bool:
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                if expected is None:
+                    cursor = db.execute(
+                        "INSERT INTO channel_state (channel, key, value) VALUES (?, ?, ?)"
+                        " ON CONFLICT (channel, key) DO NOTHING",
+                        (channel, key, value),
+                    )
+                else:
+                    cursor = db.execute(
+                        "UPDATE channel_state SET value = ? WHERE channel = ? AND key = ? AND value = ?",
+                        (value, channel, key, expected),
+                    )
+                return cursor.rowcount == 1
+
+        return await self._run(work)
+
     async def first_seen(self, channel: str, external_id: str) -> bool:
         def work(db: sqlite3.Connection) -> Any:
             with _transaction(db):

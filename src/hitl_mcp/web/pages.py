@@ -212,7 +212,12 @@ async def end_delegation(http: HttpRequest) -> Response:
     """End a run-time delegation (``hitl-mcp delegate --end`` from the inbox); audited."""
     await read_post(http, "Not ended", stale="This form did not come from your inbox. Reload and try again.")
     broker = await web(http).broker()
-    if not await broker.end_delegation(http.path_params["person"][:32], WEB_RESPONDER):
+    try:
+        ended = await broker.end_delegation(http.path_params["person"][:32], WEB_RESPONDER)
+    except ValueError as exc:  # other changes kept landing first
+        said = str(exc)
+        raise Problem(409, said[:1].upper() + said[1:] + ".", title="Not ended") from None
+    if not ended:
         raise Problem(404, "There is no run-time delegation from that person.")
     return RedirectResponse("/", status_code=303)
 
