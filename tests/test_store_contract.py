@@ -1397,6 +1397,21 @@ async def test_of_concurrent_swaps_from_one_read_exactly_one_wins(engine: Engine
     assert await engine.store.get_state("_hitl", "paused") == f"v{won.index(True) + 1}"
 
 
+async def test_of_concurrent_resumes_from_one_read_exactly_one_pushes_the_deadlines(engine: Engine) -> None:
+    waiting, _, _ = await _pause_and_three_requests(engine.store)
+
+    async def resume(store: Store, i: int) -> int | None:
+        return await store.resume_pause(PAUSED, 30.0, f"person {i}", {})
+
+    moved = race(engine, 4, resume)
+    assert sorted(moved, key=lambda m: m is None) == [1, None, None, None]
+    assert await engine.store.get_state("_hitl", "paused") == ""
+    assert (await engine.store.get(waiting.id)).expires_at == waiting.expires_at + 30.0  # type: ignore[union-attr,operator]
+    (row,) = [a for a in await engine.store.audit() if a.event == "resumed"]
+    assert row.actor == f"person {moved.index(1)}"
+    assert (await verify_audit(engine.store)).ok
+
+
 async def test_concurrent_appends_from_separate_processes_keep_one_chain(engine: Engine) -> None:
     async def append(store: Store, i: int) -> None:
         for n in range(15):
@@ -1507,15 +1522,28 @@ async def test_a_rules_uses_run_out_exactly_across_connections(engine: Engine) -
         await other.close()
 
 
-async def test_push_expiries_moves_pending_deadlines_only_with_its_audit_row(engine: Engine) -> None:
-    store = engine.store
+PAUSED = json.dumps({"by": "alice", "reason": "deploy freeze", "at": 1.0})
+
+
+async def _pause_and_three_requests(store: Store) -> tuple[Request, Request, Request]:
+    """The pause set, and a pending request with a deadline, one without, and one settled."""
+    assert await store.swap_state("_hitl", "paused", None, PAUSED)
     waiting = ask(Kind.APPROVAL, expires_at=now() + 60)
     forever = ask(Kind.APPROVAL, expires_at=None)
     done = ask(Kind.APPROVAL, expires_at=now() + 60)
     for request in (waiting, forever, done):
         await store.create(request, None)
-    await close_request(engine.store, done.id, Status.CANCELLED, "me", {"approved": False})  # type: ignore[arg-type]
-    assert await store.push_expiries(90.5, "bob", {"paused_by": "alice"}) == 1
+    await close_request(store, done.id, Status.CANCELLED, "me", {"approved": False})  # type: ignore[arg-type]
+    return waiting, forever, done
+
+
+async def test_resume_pause_clears_the_pause_and_moves_pending_deadlines_only_with_its_audit_row(
+    engine: Engine,
+) -> None:
+    store = engine.store
+    waiting, forever, done = await _pause_and_three_requests(store)
+    assert await store.resume_pause(PAUSED, 90.5, "bob", {"paused_by": "alice"}) == 1
+    assert await store.get_state("_hitl", "paused") == ""
     assert (await store.get(waiting.id)).expires_at == waiting.expires_at + 90.5  # type: ignore[union-attr,operator]
     assert (await store.get(forever.id)).expires_at is None  # type: ignore[union-attr]
     assert (await store.get(done.id)).expires_at == done.expires_at  # type: ignore[union-attr]
@@ -1527,3 +1555,30 @@ async def test_push_expiries_moves_pending_deadlines_only_with_its_audit_row(eng
     )
     # the requests still match the log: the resumed row explains the move
     assert check_requests(await engine.store.all_requests(), await engine.store.audit()) == []  # type: ignore[attr-defined]
+    assert (await verify_audit(store)).ok
+
+
+@pytest.mark.parametrize("current", ["", "another pause"])
+async def test_resume_pause_from_a_stale_read_changes_nothing(engine: Engine, current: str) -> None:
+    """The pause is no longer the one read (resumed elsewhere: "", or since paused again by someone
+    else): no state written, no deadline moved, no audit row."""
+    store = engine.store
+    waiting, forever, done = await _pause_and_three_requests(store)
+    assert await store.swap_state("_hitl", "paused", PAUSED, current)
+    before = await store.audit()
+    assert await store.resume_pause(PAUSED, 90.5, "bob", {"paused_by": "alice"}) is None
+    assert await store.get_state("_hitl", "paused") == current
+    for request in (waiting, forever, done):
+        assert (await store.get(request.id)).expires_at == request.expires_at  # type: ignore[union-attr]
+    assert await store.audit() == before
+
+
+async def test_resume_pause_when_never_paused_changes_nothing(engine: Engine) -> None:
+    store = engine.store
+    waiting = ask(Kind.APPROVAL, expires_at=now() + 60)
+    await store.create(waiting, None)
+    before = await store.audit()
+    assert await store.resume_pause(PAUSED, 5.0, "bob", {}) is None
+    assert await store.get_state("_hitl", "paused") is None  # not created by the attempt
+    assert (await store.get(waiting.id)).expires_at == waiting.expires_at  # type: ignore[union-attr]
+    assert await store.audit() == before

@@ -110,7 +110,7 @@ def check_requests(requests: Iterable[Request], rows: Iterable[AuditRow], limit:
 
 
 def _pushed(expires_at: Any, created: AuditRow, settles: list[AuditRow], resumes: Sequence[AuditRow]) -> Any:
-    """The expiry once every resume after a pause has pushed it back (``store.push_expiries``): each
+    """The expiry once every resume after a pause has pushed it back (``store.resume_pause``): each
     ``resumed`` row between its creation and its settling, in the order they were written."""
     if expires_at is None:
         return None

@@ -30,11 +30,7 @@ from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now
 from hitl_mcp.outbox import silent_channels
 from hitl_mcp.outcomes import expiry_outcome
 from hitl_mcp.rules import DEFAULT_HOURS, RULE_CHANNEL, check_pattern, exactly, matches, subject
-from hitl_mcp.store.base import RuleRow, Store
-
-#: where the pause lives in the store's state (a name no channel may have: channel names are words)
-STATE_CHANNEL = "_hitl"
-PAUSE_KEY = "paused"
+from hitl_mcp.store.base import PAUSE_STATE, RuleRow, Store
 
 
 @dataclass(frozen=True)
@@ -78,7 +74,7 @@ class BrokerRules:
 
     async def _pause_state(self) -> tuple[str | None, Pause | None]:
         """The stored value as read (for ``swap_state``), and the pause it holds ("": none)."""
-        value = await self.store.get_state(STATE_CHANNEL, PAUSE_KEY)
+        value = await self.store.get_state(*PAUSE_STATE)
         if not value:
             return value, None
         data = json.loads(value)
@@ -91,7 +87,7 @@ class BrokerRules:
         if current is None:
             pause = Pause(actor, reason.strip(), now())
             value = json.dumps({"by": pause.by, "reason": pause.reason, "at": pause.at})
-            if await self.store.swap_state(STATE_CHANNEL, PAUSE_KEY, read, value):
+            if await self.store.swap_state(*PAUSE_STATE, read, value):
                 await self.store.record(None, "paused", actor, {"reason": pause.reason})
                 return pause
             _, current = await self._pause_state()  # another pause came first: it stands
@@ -101,14 +97,17 @@ class BrokerRules:
 
     async def resume(self, actor: str) -> tuple[float, int]:
         """End the pause; (seconds it lasted, requests whose expiry moved back by that much). Of two
-        resumes at once, one ends the pause and pushes the deadlines; the other finds it not paused."""
+        resumes at once, one ends the pause and pushes the deadlines; the other finds it not paused.
+        Ending the pause, pushing the deadlines and the ``resumed`` row are one store transaction
+        (``resume_pause``): a crash never leaves approvals resumed with the deadlines not pushed."""
         read, current = await self._pause_state()
-        if current is None or not await self.store.swap_state(STATE_CHANNEL, PAUSE_KEY, read, ""):
+        if read is None or current is None:
             raise BrokerError("approvals are not paused")
         seconds = max(0.0, now() - current.at)
-        moved = await self.store.push_expiries(
-            seconds, actor, {"paused_by": current.by, "reason": current.reason}
-        )
+        data = {"paused_by": current.by, "reason": current.reason}
+        moved = await self.store.resume_pause(read, seconds, actor, data)
+        if moved is None:
+            raise BrokerError("approvals are not paused")
         self._expiry_wake.set()  # this process's sweep slept through the pause
         return seconds, moved
 

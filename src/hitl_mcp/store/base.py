@@ -18,6 +18,10 @@ from typing import Any, Protocol
 from hitl_mcp.audit import AuditRow
 from hitl_mcp.models import Reply, Request, Settled, Status
 
+#: where the kill switch's pause lives in the state (``_hitl``: a name no channel may have, channel
+#: names are words); the broker sets it with ``swap_state`` and ends it with ``resume_pause``
+PAUSE_STATE = ("_hitl", "paused")
+
 
 class StoreError(Exception):
     """The database cannot do the work; the message says why in words for the agent and the log
@@ -302,10 +306,14 @@ class Store(Protocol):
         succeed. The rule as it now stands, or None when it was not live."""
         ...
 
-    async def push_expiries(self, seconds: float, actor: str, data: dict[str, Any]) -> int:
-        """Resuming after a pause: push every pending request's expiry back by ``seconds`` and append
-        the ``resumed`` audit row (``data`` plus ``pushed_seconds`` and ``requests``, the count) in
-        one transaction; how many requests moved."""
+    async def resume_pause(
+        self, expected: str, seconds: float, actor: str, data: dict[str, Any]
+    ) -> int | None:
+        """End the pause, in one transaction: clear ``PAUSE_STATE`` (set it to "") only if its value is
+        still ``expected`` (what the caller read, as ``swap_state`` does), push every pending request's
+        expiry back by ``seconds``, and append the ``resumed`` audit row (``data`` plus
+        ``pushed_seconds`` and ``requests``, the count); how many requests moved. None, with nothing
+        changed, when the pause is no longer ``expected`` (another resume, or a new pause, came first)."""
         ...
 
     async def last_seq(self) -> int: ...

@@ -42,6 +42,7 @@ from hitl_mcp.audit import GENESIS, SETTLING_EVENTS, AuditRow, row_hash
 from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now
 from hitl_mcp.quorum import count_vote, vote_of, votes_json
 from hitl_mcp.store.base import (
+    PAUSE_STATE,
     Change,
     DeliveryRow,
     KeyConflict,
@@ -1235,8 +1236,20 @@ class PostgresStore:
 
         return await self._unit(work)
 
-    async def push_expiries(self, seconds: float, actor: str, data: dict[str, Any]) -> int:
-        async def work(tx: _Tx) -> int:
+    async def resume_pause(
+        self, expected: str, seconds: float, actor: str, data: dict[str, Any]
+    ) -> int | None:
+        async def work(tx: _Tx) -> int | None:
+            # under the chain lock; a concurrent swap or resume waits for the row, then finds its
+            # value changed: no row, and nothing else is written
+            cleared = await tx.conn.fetchval(
+                "UPDATE channel_state SET value = '' WHERE channel = $1 AND key = $2 AND value = $3"
+                " RETURNING 1",
+                *PAUSE_STATE,
+                expected,
+            )
+            if cleared is None:
+                return None
             moved = len(
                 await tx.conn.fetch(
                     "UPDATE requests SET expires_at = expires_at + $1"

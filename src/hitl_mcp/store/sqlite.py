@@ -32,6 +32,7 @@ from hitl_mcp.audit import GENESIS, SETTLING_EVENTS, AuditRow, row_hash
 from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now
 from hitl_mcp.quorum import count_vote, vote_of, votes_json
 from hitl_mcp.store.base import (
+    PAUSE_STATE,
     Change,
     DeliveryRow,
     KeyConflict,
@@ -1194,9 +1195,17 @@ class SqliteStore:
 
         return await self._run(work)
 
-    async def push_expiries(self, seconds: float, actor: str, data: dict[str, Any]) -> int:
+    async def resume_pause(
+        self, expected: str, seconds: float, actor: str, data: dict[str, Any]
+    ) -> int | None:
         def work(db: sqlite3.Connection) -> Any:
             with _transaction(db):
+                cleared = db.execute(
+                    "UPDATE channel_state SET value = '' WHERE channel = ? AND key = ? AND value = ?",
+                    (*PAUSE_STATE, expected),
+                ).rowcount
+                if cleared != 1:
+                    return None
                 moved = db.execute(
                     "UPDATE requests SET expires_at = expires_at + ?"
                     " WHERE status = 'pending' AND expires_at IS NOT NULL",
