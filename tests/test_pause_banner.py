@@ -101,7 +101,7 @@ async def test_the_banner_fits_and_resumes_at_every_width(
         broker = await inbox.runtime.broker()
         await broker.pause("alice", "deploy freeze while the database migrates to the new cluster")
         await page.reload()
-        banner = page.locator("#paused-banner")
+        banner = page.get_by_role("region", name="Approvals paused")
         await expect(banner.get_by_role("status")).to_contain_text("Approvals are paused by alice since")
         width = page.viewport_size["width"] if page.viewport_size else 0
         assert await page.evaluate("document.scrollingElement.scrollWidth") <= width, size
