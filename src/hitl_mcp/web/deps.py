@@ -83,12 +83,15 @@ async def read_post(
 
 
 async def page_context(http: HttpRequest, page: str) -> dict[str, Any]:
-    """What every signed-in page's layout shows: the CSRF token, the pending count, the page."""
+    """What every signed-in page's layout shows: the CSRF token, the pending count, the page, and
+    the kill switch's pause if approvals are paused (``kill_switch``; shown only to a signed-in
+    reader, since it names who paused and why)."""
     found: Access | None = getattr(http.state, "access", None)
     broker = await web(http).broker()
     return {
         "csrf": found.csrf if found else "",
         "pending_count": await broker.count_requests(Status.PENDING),
+        "kill_switch": await broker.paused() if found else None,
         "page": page,
         "now": now(),
         "signed_in": True,
