@@ -1582,3 +1582,17 @@ async def test_resume_pause_when_never_paused_changes_nothing(engine: Engine) ->
     assert await store.get_state("_hitl", "paused") is None  # not created by the attempt
     assert (await store.get(waiting.id)).expires_at == waiting.expires_at  # type: ignore[union-attr]
     assert await store.audit() == before
+
+
+async def test_count_events_counts_one_event_per_request_in_one_read(engine: Engine) -> None:
+    store = engine.store
+    first, second, quiet = ask(idempotency_key="k1"), ask(idempotency_key="k2", text="Other?"), ask()
+    for request in (first, second, quiet):
+        await store.create(request, None)
+    for _ in range(2):
+        await store.create(ask(idempotency_key="k1"), None)  # the same ask again: re-attaches
+    await store.create(ask(idempotency_key="k2", text="Other?"), None)
+    counts = await store.count_events("reattached", [first.id, second.id, quiet.id, "unknown"])
+    assert counts == {first.id: 2, second.id: 1}
+    assert await store.count_events("created", [quiet.id]) == {quiet.id: 1}
+    assert await store.count_events("reattached", []) == {}

@@ -158,9 +158,11 @@ class BrokerViews:
     async def audit(self, request_id: str) -> list[AuditRow]:
         return await self.history.audit(request_id)
 
-    async def times_asked(self, request_id: str) -> int:
-        """The inbox's "asked 3 times": one request, asked again by its agent while it waited."""
-        return times_asked(await self.history.audit(request_id))
+    async def times_asked(self, request_ids: list[str]) -> dict[str, int]:
+        """The inbox's "asked 3 times", for a page of requests in one read: once, and once more per
+        re-attach (``times_asked`` counts the same from one request's audit rows)."""
+        repeats = await self.history.count_events(REATTACHED, request_ids)
+        return {request_id: 1 + repeats.get(request_id, 0) for request_id in request_ids}
 
     async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
         await self.store.add_session(digest, expires_at, replaces)

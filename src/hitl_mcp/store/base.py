@@ -371,6 +371,11 @@ class History(Protocol):
         """The newest audit row's seq and hash."""
         ...
 
+    async def count_events(self, event: str, request_ids: Collection[str]) -> dict[str, int]:
+        """How many audit rows of ``event`` each of these requests has (absent: none); one query,
+        for a page of requests (the inbox's "asked 3 times")."""
+        ...
+
     async def all_requests(self) -> builtins.list[Request]:
         """Every request, oldest first."""
         ...

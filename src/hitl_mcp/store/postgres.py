@@ -449,6 +449,21 @@ class PostgresStore:
 
         return await self._unit(work)
 
+    async def count_events(self, event: str, request_ids: Collection[str]) -> dict[str, int]:
+        if not request_ids:
+            return {}
+
+        async def work(conn: Conn) -> dict[str, int]:
+            rows = await conn.fetch(
+                "SELECT request_id, COUNT(*) AS n FROM audit"
+                " WHERE event = $1 AND request_id = ANY($2::text[]) GROUP BY request_id",
+                event,
+                list(request_ids),
+            )
+            return {row["request_id"]: row["n"] for row in rows}
+
+        return await self._unit(work)
+
     async def audit_head(self) -> tuple[int, str] | None:
         async def work(conn: Conn) -> tuple[int, str] | None:
             row = await conn.fetchrow("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")

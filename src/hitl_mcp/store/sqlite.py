@@ -412,6 +412,22 @@ class SqliteStore:
 
         return await self._run(work)
 
+    async def count_events(self, event: str, request_ids: Collection[str]) -> dict[str, int]:
+        ids = list(request_ids)
+        if not ids:
+            return {}
+
+        def work(db: sqlite3.Connection) -> Any:
+            marks = ", ".join("?" * len(ids))
+            rows = db.execute(
+                f"SELECT request_id, COUNT(*) AS n FROM audit WHERE event = ? AND request_id IN ({marks})"
+                " GROUP BY request_id",
+                (event, *ids),
+            ).fetchall()
+            return {row["request_id"]: row["n"] for row in rows}
+
+        return await self._run(work)
+
     async def audit_head(self) -> tuple[int, str] | None:
         def work(db: sqlite3.Connection) -> Any:
             row = db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()

@@ -78,7 +78,7 @@ async def _inbox_context(http: HttpRequest, away: Mapping[str, str] | None = Non
     answered_id = http.query_params.get("answered")
     return {
         "groups": agent_groups(pending),
-        "asked": {r.id: await broker.times_asked(r.id) for r in pending},  # "asked 3 times": one card
+        "asked": await broker.times_asked([r.id for r in pending]),  # "asked 3 times": one card
         "next_page": pending[-1].id if more else None,
         "more": await broker.count_requests(Status.PENDING, pending[-1].id) if more else 0,
         "paged": before is not None,
