@@ -51,7 +51,7 @@ async def open_broker(args: argparse.Namespace) -> AsyncIterator[Broker]:
 
     config, state_dir = config_and_state(args)
     try:
-        store = engine_for(config, state_dir)
+        store = engine_for(config, state_dir, serving=False)
     except StoreError as exc:
         raise CliError(str(exc)) from None
     path = store.path if isinstance(store, SqliteStore) else None

@@ -76,9 +76,9 @@ async def _migrate_postgres(url: str, pool_size: int) -> tuple[int, int]:
         from hitl_mcp.store.postgres import PostgresStore
     except ImportError:
         raise CliError(NEEDS_ASYNCPG) from None
-    store = PostgresStore(url, pool_size=min(pool_size, 2))
+    store = PostgresStore(url, pool_size=min(pool_size, 2), listen=False)
     try:
-        await store.open(listen=False)
+        await store.open()
     except StoreError as exc:
         raise CliError(str(exc)) from None
     finally:

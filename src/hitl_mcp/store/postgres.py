@@ -231,8 +231,12 @@ class _Tx:
 
 
 class PostgresStore:
-    def __init__(self, url: str, anchor: Anchorer | None = None, pool_size: int = 10) -> None:
+    def __init__(
+        self, url: str, anchor: Anchorer | None = None, pool_size: int = 10, listen: bool = True
+    ) -> None:
         self.url = url
+        self.listen = listen
+        """Keep a LISTEN connection for ``changed`` (a server); a one-shot command needs none."""
         self.where = redact(url)
         """The URL to say: without its password."""
         self.anchor = anchor
@@ -252,7 +256,7 @@ class PostgresStore:
         )
         return conn
 
-    async def open(self, listen: bool = True) -> None:
+    async def open(self) -> None:
         try:
             self._pool = await asyncpg.create_pool(
                 self.url,
@@ -262,7 +266,7 @@ class PostgresStore:
                 server_settings={"application_name": "hitl-mcp"},
             )
             await self._migrate()
-            if listen:
+            if self.listen:
                 self._listener = _Listener(self._connect, self.where)
                 await self._listener.start()
         except FAILURES_OR_BAD_URL as exc:

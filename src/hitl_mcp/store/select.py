@@ -59,9 +59,10 @@ def where(config: Config, state_dir: Path) -> str:
     return redact(url) if url else str(state_dir / DB_FILE)
 
 
-def engine_for(config: Config, state_dir: Path) -> Engine:
+def engine_for(config: Config, state_dir: Path, *, serving: bool = True) -> Engine:
     """The configured store (not yet opened). Raises ``StoreError`` with one line when PostgreSQL is
-    configured and asyncpg is missing."""
+    configured and asyncpg is missing. ``serving`` false (a one-shot CLI command): PostgreSQL opens
+    no LISTEN connection, since nothing waits for other processes' changes."""
     from hitl_mcp.anchor import configured_anchor
     from hitl_mcp.runtime import DB_FILE
 
@@ -77,7 +78,7 @@ def engine_for(config: Config, state_dir: Path) -> Engine:
         if exc.name and exc.name.startswith("asyncpg"):
             raise StoreError(NEEDS_ASYNCPG) from None
         raise
-    return PostgresStore(url, anchor, pool_size=config.server.store_pool)
+    return PostgresStore(url, anchor, pool_size=config.server.store_pool, listen=serving)
 
 
 def failure(engine: Engine, exc: BaseException) -> str:
