@@ -34,7 +34,10 @@ class AskSpec:
     session_key: str | None = None
     client_name: str | None = None
     owner: str = ""
-    """The client that asks (``models.client_identity``): its keys, its requests."""
+    """The principal that asks (``principal.Principal.owner``): its keys, its requests."""
+    forms: bool = True
+    """Whether the host's form may be one of its channels. The gate (proxy and hooks) asks with
+    False: it forwards only what a person approved on a person channel."""
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,10 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         created_at = now()
         timeout = spec.timeout_seconds or self.defaults.timeouts.get(spec.kind)
         steps = [] if ladder is None else policy.plan(ladder, created_at, timeout)
+        if not spec.forms:  # the gate: a step never adds the host's form either
+            forms = {n for n, ch in self.channels.items() if ch.is_form}
+            steps = [replace(s, channels=[c for c in s.channels if c not in forms]) for s in steps]
+            steps = [s for s in steps if s.channels or s.action != "notify"]
         if gate is not None:
             channels, steps = [], []  # settled below, before anyone is sent it
         if ladder is not None and ladder.on_timeout == "keep_pending":

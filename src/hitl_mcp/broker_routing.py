@@ -51,7 +51,19 @@ class BrokerRouting:
         names, ladder = (policy or self.policy).route(
             spec.kind, spec.risk, spec.channels, spec.to, self.defaults.channels
         )
+        if not spec.forms:
+            names = self.without_forms(names or list(self.defaults.channels[spec.kind]))
         return self.check_channels(spec.kind, names, spec.risk), ladder
+
+    def without_forms(self, names: list[str]) -> list[str]:
+        """``names`` but the host's forms; UnknownChannel when nothing is left."""
+        kept = [n for n in names if not getattr(self.channels.get(n), "is_form", False)]
+        if names and not kept:
+            raise UnknownChannel(
+                f"{', '.join(map(repr, names))} is only the host's form, which the gate never asks: it "
+                "forwards only what a person approved on a person channel; name one, such as web"
+            )
+        return kept
 
     async def policy_now(self) -> Policy:
         """The policy with the delegations active now: the config's and the run-time ones (stored)."""

@@ -1,5 +1,5 @@
-"""What a tool call's context says: which client calls, from which session, in which protocol era,
-and the plaintext of a 2026-07-28 round trip's sealed state.
+"""What a tool call's context says: which principal calls (``principal.py``), with which client, from
+which session, in which protocol era, and the plaintext of a 2026-07-28 round trip's sealed state.
 
 ``host_forms`` re-exports these names.
 """
@@ -15,14 +15,19 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp_types.version import is_version_at_least
 
+from hitl_mcp.models import Request
+from hitl_mcp.principal import PRINCIPAL_KEY, Principal
+
 __all__ = [
     "INPUT_REQUIRED_VERSION",
     "AnyContext",
     "FormState",
     "Mode",
+    "asked_here",
     "client_name",
     "form_state",
     "is_modern",
+    "principal_of",
     "responder",
     "session_key",
 ]
@@ -67,9 +72,43 @@ def is_modern(ctx: AnyContext) -> bool:
     return version is not None and is_version_at_least(version, INPUT_REQUIRED_VERSION)
 
 
+class Unauthenticated(Exception):
+    """An HTTP call that reached a tool without the credential check: refused, never guessed."""
+
+
+def principal_of(ctx: AnyContext, agent: str | None = None) -> Principal:
+    """Who calls: over HTTP, the principal the credential check proved; over stdio (no HTTP request),
+    the host that spawned this process, told apart by its client's name (and ``server.agent``)."""
+    request = (ctx.request_context if isinstance(ctx, Context) else ctx).request
+    if request is None:
+        return Principal.stdio(client_name(ctx), agent)
+    principal = getattr(request, "scope", {}).get(PRINCIPAL_KEY)
+    if not isinstance(principal, Principal):
+        raise Unauthenticated("this HTTP call carries no credential the server checked")
+    return principal
+
+
+def asked_here(ctx: AnyContext, request: Request) -> bool:
+    """Whether this call is where ``request`` was asked: only there is the host's form offered, and
+    only from there does its answer count. That is the MCP session that asked (a connection, or an
+    HTTP session); 2026-07-28 has no sessions, so there it is the principal that asked, over HTTP,
+    where a credential proved it (its round trips are sealed to it too)."""
+    if request.session_key is not None and request.session_key == session_key(ctx):
+        return True
+    if not is_modern(ctx):
+        return False
+    principal = principal_of(ctx)
+    return principal.kind != "stdio" and principal.owner == request.owner
+
+
 def responder(ctx: AnyContext) -> str:
-    """Who answered in the host's form: the client that drew it, never a name it picks for a person."""
-    return f"host form ({client_name(ctx) or 'unnamed client'})"
+    """Who answered in the host's form: the client that drew it, and over HTTP the principal it
+    signed in as; never a name it picks for a person."""
+    name = client_name(ctx) or "unnamed client"
+    request = (ctx.request_context if isinstance(ctx, Context) else ctx).request
+    if request is None:
+        return f"host form ({name})"
+    return f"host form ({name}, {principal_of(ctx).label})"
 
 
 def client_name(ctx: AnyContext) -> str | None:
@@ -77,13 +116,13 @@ def client_name(ctx: AnyContext) -> str | None:
     return params.client_info.name if params is not None else None
 
 
-def session_key(ctx: Context) -> str:
+def session_key(ctx: AnyContext) -> str:
     """Which MCP session a call belongs to: the connection, else the HTTP session, else the process."""
     connection = getattr(ctx.session, "_connection", None)
     state = getattr(connection, "state", None)
     if isinstance(state, dict):
         return "conn:" + str(state.setdefault("hitl_session", uuid.uuid4().hex))
-    headers = ctx.headers
+    headers = ctx.headers if isinstance(ctx, Context) else getattr(ctx.request, "headers", None)
     if headers is not None and headers.get("mcp-session-id"):
         return "http:" + headers["mcp-session-id"]
     return "proc:" + ProcessSession

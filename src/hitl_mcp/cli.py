@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from hitl_mcp import __version__, cli_rules
+from hitl_mcp import __version__, cli_agents, cli_rules
 from hitl_mcp.cli_delegate import add_delegate, cmd_delegate
 from hitl_mcp.cli_requests import (
     CliError,
@@ -175,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_delegate(p)
 
     cli_rules.add_commands(command, common)
+    cli_agents.add_commands(command, common)
     gate_cli.add_proxy(command("proxy", gate_cli.cmd_proxy, "put another MCP server's tools behind approval"))
     gate_cli.add_hook(command("hook", gate_cli.cmd_hook, "answer a host's permission prompt from a hook"))
     return parser

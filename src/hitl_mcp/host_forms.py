@@ -49,6 +49,7 @@ from hitl_mcp.call_context import (
     AnyContext,
     FormState,
     Mode,
+    asked_here,
     client_name,
     form_state,
     is_modern,
@@ -170,6 +171,8 @@ class HostForms:
             return Offer(skipped=f"not offered: {reason}")
         if budget <= 0 or request.id in self.open:
             return Offer()
+        if not asked_here(ctx, request):
+            return Offer()  # the form counts only where the request was asked, whoever this claims to be
         if await broker.state_get(channel, declined_key(request.id)) is not None:
             return Offer()  # this person already said no here
         if mode == "url" and await broker.state_get(channel, linked_key(request.id)) is not None:

@@ -64,13 +64,6 @@ def payload_sha256(payload: Any) -> str | None:
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
 
-def client_identity(client_name: str | None, agent: str | None = None) -> str:
-    """Who a request belongs to: the MCP client's ``clientInfo.name``, prefixed with the agent
-    identity configured for this server (``server.agent``) when there is one."""
-    name = client_name or "(unnamed client)"
-    return f"{agent}/{name}" if agent else name
-
-
 class Request(BaseModel):
     """One durable request to a person. The row is the truth; waiters are views on it."""
 
@@ -100,7 +93,8 @@ class Request(BaseModel):
     session_key: str | None = None
     client_name: str | None = None
     owner: str = ""
-    """The client that asked (see ``client_identity``): only it may re-attach, wait on or cancel."""
+    """The principal that asked (``principal.Principal.owner``): only it may re-attach, wait on,
+    list or cancel the request."""
     created_at: float
     expires_at: float | None = None
     closed_at: float | None = None

@@ -2,7 +2,7 @@
 
 A rule (``store.base.RuleRow``) answers an approval without asking anyone when all of these hold:
 
-- **agent**: the request's owner (the client identity it asked under, ``models.client_identity``)
+- **agent**: the request's owner (the principal that asked, ``principal.Principal.owner``)
   equals the rule's ``agent``, or the rule's ``agent`` is ``*``;
 - **tool**: the approval's *subject* fits the rule's ``tool``, a case-sensitive glob (``fnmatch``:
   ``*``, ``?``, ``[...]``). The subject of a gated call (the proxy's and the hooks' payload

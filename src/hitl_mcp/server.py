@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools.base import Tool
@@ -25,12 +26,12 @@ from pydantic import Field
 
 from hitl_mcp import __version__, tool_args
 from hitl_mcp.asks import AskSpec
-from hitl_mcp.call_context import client_name, form_state, session_key
+from hitl_mcp.call_context import Unauthenticated, client_name, form_state, principal_of, session_key
 from hitl_mcp.errors import BrokerError
 from hitl_mcp.host_forms import HostForms
 from hitl_mcp.host_window import Linking
 from hitl_mcp.hosts import host_budget
-from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json, client_identity
+from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json
 from hitl_mcp.results import describe_notification, format_duration, to_outcome, tool_result
 from hitl_mcp.state_key import STATE_KEY_FILE as STATE_KEY_FILE  # re-exported
 from hitl_mcp.state_key import request_state_keys
@@ -90,7 +91,7 @@ class Settings:
         self.linking = linking
         """Where links to the inbox point (URL-mode elicitation); None: no links."""
         self.agent = agent
-        """The agent identity (``server.agent``) that, with the client's name, owns requests."""
+        """``server.agent``: over stdio, a label that with the client's name tells hosts apart."""
 
     @property
     def task_poll_ms(self) -> int:
@@ -104,7 +105,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
     security = None
     if settings.state_dir is not None:
         keys = request_state_keys(settings.state_dir, settings.request_state_key)
-        security = RequestStateSecurity(keys=keys, ttl=REQUEST_STATE_TTL)
+        security = RequestStateSecurity(keys=keys, ttl=REQUEST_STATE_TTL, bind_principal=sealed_for)
     tools: list[Tool] = []
 
     def register(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -120,7 +121,11 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
     inbox_url = settings.linking.inbox_url if settings.linking is not None else None
 
     def owner(ctx: Context) -> str:
-        return client_identity(client_name(ctx), settings.agent)
+        """Who asks: the principal a credential proved (``principal.py``), never a declared name."""
+        try:
+            return principal_of(ctx, settings.agent).owner
+        except Unauthenticated as exc:
+            raise ToolError(str(exc)) from None
 
     async def mine(ctx: Context, request_id: str) -> Request:
         """The caller's own question or approval; any other id is "no such request"."""
@@ -351,6 +356,12 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         extensions=[tasks],
         middleware=[tasks.core],
     )
+
+
+def sealed_for(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """Whom a 2026-07-28 round trip's sealed state is bound to: over HTTP, the principal the credential
+    check proved (a state sealed for one agent is refused from another); over stdio, nobody (one host)."""
+    return principal_of(ctx).owner if ctx.request is not None else None
 
 
 def call_budget(ctx: Context, settings: Settings, wait_seconds: float | None) -> float:

@@ -32,22 +32,20 @@ from hitl_mcp.config.load import (
     starter_config_text,
 )
 from hitl_mcp.config.models import (
-    AuditAnchorConfig,
-    CliConfig,
     Config,
     Defaults,
     HostOverride,
-    HttpConfig,
     NotifyDefaults,
-    ServerConfig,
     ToolDefaults,
 )
+from hitl_mcp.config.server import AgentConfig, AuditAnchorConfig, CliConfig, HttpConfig, ServerConfig
 from hitl_mcp.config.source import MAX_BYTES, MAX_NODES
 from hitl_mcp.durations import parse_duration
 
 __all__ = [
     "MAX_BYTES",
     "MAX_NODES",
+    "AgentConfig",
     "AuditAnchorConfig",
     "CliConfig",
     "Config",

@@ -10,19 +10,8 @@ import re
 from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    SecretStr,
-    SerializeAsAny,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, SerializeAsAny, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from hitl_mcp.channels import channel_module
@@ -32,170 +21,15 @@ from hitl_mcp.channels.base import ChannelConfig
 from hitl_mcp.config import escalation as ladders
 from hitl_mcp.config.errors import KeyPath, _key_text, _show
 from hitl_mcp.config.escalation import LadderConfig, Person
+from hitl_mcp.config.section import Section as _Section
+from hitl_mcp.config.server import (
+    AgentConfig,
+    ServerConfig,
+)
 from hitl_mcp.delegation import Delegation, chain_problem
 from hitl_mcp.durations import DAY, HOUR, bounded
+from hitl_mcp.principal import check_agent_name
 from hitl_mcp.quorum import Quorum
-from hitl_mcp.state_key import StateKey
-
-
-class _Section(BaseModel):
-    """Base of the config models: no unknown keys; an empty sub-section (``http:``) means its defaults."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _empty_sections_mean_defaults(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            drop = [
-                k
-                for k, v in data.items()
-                if v is None
-                and k in cls.model_fields
-                and isinstance(cls.model_fields[k].annotation, type)
-                and issubclass(cls.model_fields[k].annotation, BaseModel)  # type: ignore[arg-type]
-            ]
-            if drop:
-                data = {k: v for k, v in data.items() if k not in drop}
-        return data
-
-
-def _reject_bool(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise PydanticCustomError("int_type", "expected an integer")
-    return value
-
-
-class HttpConfig(_Section):
-    host: str = Field(default="127.0.0.1", min_length=1)
-    port: Annotated[int, BeforeValidator(_reject_bool), Field(ge=1, le=65535)] = 8765
-    max_body_bytes: Annotated[int, BeforeValidator(_reject_bool), Field(ge=1024, le=64 * 1024 * 1024)] = (
-        1024 * 1024
-    )
-    """Request bodies larger than this are refused with 413 before anything reads them."""
-    header_timeout: Annotated[float, bounded(1, 300)] = 10.0
-    """A connection that has not sent its request line and headers within this is closed."""
-
-
-def _http_url(value: Any, example: str) -> Any:
-    """An http(s) URL with a host, or the error that says so (without the value: it may hold a secret)."""
-    if not isinstance(value, str):
-        return value  # the type's own validation reports it
-    try:
-        parts = urlsplit(value.strip())
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
-    except ValueError:  # a bad port or IPv6 address
-        ok = False
-    if not ok:
-        raise PydanticCustomError(
-            "url", "expected an http:// or https:// URL such as {example}", {"example": example}
-        )
-    return value.strip()
-
-
-class AuditAnchorConfig(_Section):
-    """Where the audit chain's head goes besides ``audit.anchor`` in the state directory."""
-
-    syslog: bool | str = False
-    """``true``: the local syslog socket; a socket path; or ``host:port`` (UDP)."""
-    url: SecretStr | None = None
-    """Each anchor is POSTed here as JSON, from a thread: a failure never holds up a settle."""
-
-    @field_validator("syslog", mode="before")
-    @classmethod
-    def _check_syslog(cls, value: Any) -> Any:
-        if isinstance(value, str) and not value.startswith("/"):
-            host, _, port = value.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise PydanticCustomError(
-                    "syslog",
-                    "expected true, a socket path such as /dev/log, or host:port such as loghost:514",
-                )
-        return value
-
-    @field_validator("url", mode="before")
-    @classmethod
-    def _check_url(cls, value: Any) -> Any:
-        return None if value in (None, "") else _http_url(value, "https://logs.example.com/hitl-anchor")
-
-
-class CliConfig(_Section):
-    require_token: bool = False
-    """The answering verbs (answer, approve, deny) go through the running server's HTTP API with the
-    web token instead of writing the database; see docs/security-audit.md for when that separates
-    anything."""
-
-
-class ServerConfig(_Section):
-    http: HttpConfig = Field(default_factory=HttpConfig)
-    public_url: str | None = None
-    """The base URL at which webhooks reach this server; stored without a trailing slash."""
-    state_dir: Path | None = None
-    store: str = "sqlite"
-    """``sqlite`` (the embedded database in the state directory), or a ``postgresql://`` URL for a
-    database shared by replicas; ``$HITL_DATABASE_URL``, when set, overrides it (store/select.py)."""
-    store_pool: Annotated[int, Field(ge=1, le=500)] = 10
-    """At most this many connections to PostgreSQL in each process's pool (besides its LISTEN
-    connection and one per lease)."""
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    agent: Annotated[str, Field(min_length=1, max_length=100)] | None = None
-    """An identity for the agent this server serves. A request belongs to the client that asked:
-    this, with the MCP client's ``clientInfo.name``."""
-    audit_anchor: AuditAnchorConfig = Field(default_factory=AuditAnchorConfig)
-    cli: CliConfig = Field(default_factory=CliConfig)
-    request_state_key: StateKey = None
-    """Seals 2026-07-28 round-trip state, the same on every replica (``state_key.py``)."""
-
-    @field_validator("public_url", mode="before")
-    @classmethod
-    def _check_public_url(cls, value: Any) -> Any:
-        if value is None or value == "":
-            return None
-        if not isinstance(value, str):
-            return value  # the str validation reports it
-        try:
-            parts = urlsplit(value.strip())
-            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
-            ok = ok and not parts.query and not parts.fragment
-        except ValueError:  # a bad port or IPv6 address
-            ok = False
-        if not ok:
-            raise PydanticCustomError(
-                "url", "expected an http:// or https:// base URL such as https://hitl.example.com"
-            )
-        return value.strip().rstrip("/")
-
-    @field_validator("state_dir", mode="before")
-    @classmethod
-    def _empty_state_dir(cls, value: Any) -> Any:
-        return None if value == "" else value
-
-    @field_validator("store", mode="before")
-    @classmethod
-    def _check_store(cls, value: Any) -> Any:
-        if not isinstance(value, str) or value == "sqlite":
-            return value
-        try:
-            parts = urlsplit(value.strip())
-            ok = parts.scheme in ("postgresql", "postgres") and bool(parts.netloc or parts.path)
-            parts.port  # noqa: B018 (raises on a bad port)
-        except ValueError:
-            ok = False
-        if not ok:
-            # no "got": a store URL may carry a password
-            raise PydanticCustomError(
-                "store_unsupported",
-                "expected 'sqlite' or a PostgreSQL URL such as postgresql://user:password@host:5432/hitl",
-            )
-        return value.strip()
-
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _lower_log_level(cls, value: Any) -> Any:
-        if isinstance(value, str) and value.lower() in ("debug", "info", "warning", "error"):
-            return value.lower()
-        return value
-
 
 ChannelList = Annotated[list[str], Field(min_length=1)]
 
@@ -299,6 +133,8 @@ class Config(_Section):
     """Each person once, with their identity per channel (by channel name, or type)."""
     escalation: dict[str, LadderConfig] = Field(default_factory=dict)
     """Named ladders of scheduled steps; ``defaults`` picks one per tool and per risk."""
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    """Credentials for ``/mcp`` over HTTP, by agent name (``principal.py``)."""
     delegations: list[Delegation] = Field(default_factory=list)
     """Who stands in for whom, and when (``{from, to, from_time?, until}``); see docs/quorum.md."""
     source: Path | None = Field(default=None, exclude=True)
@@ -306,6 +142,16 @@ class Config(_Section):
 
     def channel_names(self) -> list[str]:
         return list(self.channels)
+
+    @field_validator("agents", mode="after")
+    @classmethod
+    def _agent_names(cls, agents: dict[str, AgentConfig]) -> dict[str, AgentConfig]:
+        for name in agents:
+            try:
+                check_agent_name(name)
+            except ValueError as exc:
+                raise PydanticCustomError("agent_name", str(exc)) from None
+        return agents
 
     @model_validator(mode="before")
     @classmethod

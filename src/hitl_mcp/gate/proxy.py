@@ -44,11 +44,11 @@ from mcp.types import (
 from hitl_mcp import __version__
 from hitl_mcp.asks import AskSpec
 from hitl_mcp.broker import Broker
-from hitl_mcp.call_context import client_name
+from hitl_mcp.call_context import client_name, principal_of
 from hitl_mcp.errors import BrokerError
 from hitl_mcp.gate.policy import Decision, Policy
 from hitl_mcp.gate.upstream import Upstream, UpstreamError
-from hitl_mcp.models import Kind, Request, Status, client_identity, payload_sha256
+from hitl_mcp.models import Kind, Request, Status, payload_sha256
 from hitl_mcp.results import format_duration
 from hitl_mcp.server import Settings, call_budget
 from hitl_mcp.store.base import StoreError
@@ -78,6 +78,11 @@ def approved_arguments(request: Request, tool: str, arguments: dict[str, Any]) -
     if not isinstance(stored, dict) or not isinstance(stored.get("arguments"), dict):
         raise ValueError("the approved payload has no arguments")
     return dict(stored["arguments"])
+
+
+def _answered_on(request: Request) -> list[str]:
+    """The channels the approval was given on: the winning answer's, and every counted vote's."""
+    return [c for c in [request.channel, *(v.channel for v in request.votes)] if c]
 
 
 def why_not(request: Request) -> str:
@@ -226,7 +231,8 @@ class ProxyServer(MCPServer):
             timeout_seconds=decision.timeout_seconds,
             session_key=self.session_key,
             client_name=caller,
-            owner=client_identity(caller, self.gate_settings.agent),
+            owner=principal_of(ctx, self.gate_settings.agent).owner,
+            forms=False,  # the proxy shows no form: a person answers on a person channel
         )
         key = payload_sha256(spec.payload) or ""
         request: Request | None = None
@@ -257,6 +263,11 @@ class ProxyServer(MCPServer):
         claimed = self._open.pop(key, None) == request.id
         if request.status != Status.ANSWERED or request.approved is not True:
             return refusal(why_not(request))
+        if any(getattr(broker.channels.get(c), "is_form", False) for c in _answered_on(request)):
+            log.warning(
+                "hitl-mcp proxy: refused to forward %s: approval %s came from a host form", name, request.id
+            )
+            return refusal(f"not called: approval {request.id} did not come from a person channel")
         if not claimed:
             return refusal(
                 f"not called: approval {request.id} was already used by another call; call again to ask anew"

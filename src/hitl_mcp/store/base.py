@@ -117,6 +117,23 @@ class RuleRow:
         )
 
 
+@dataclass(frozen=True)
+class CredentialRow:
+    """A bearer secret the server issued, kept by its SHA-256 only (``digest``): an agent token
+    (``kind`` "agent"), and the other kinds of credential that come to be. At most one live
+    credential per kind and name."""
+
+    id: int
+    kind: str
+    name: str
+    digest: str
+    data: dict[str, Any]  # what the kind keeps beside it: never the secret
+    created_by: str
+    created_at: float
+    revoked_at: float | None
+    revoked_by: str | None
+
+
 class Lease(Protocol):
     """A named lease held by this process alone among every process on the database (``try_lease``)."""
 
@@ -304,6 +321,26 @@ class Store(Protocol):
         """Spend one use of the rule if it is live at ``at``: one conditional UPDATE (``fired + 1``,
         ``uses_left - 1``), so that among any number of processes exactly ``uses_left`` firings
         succeed. The rule as it now stands, or None when it was not live."""
+        ...
+
+    async def add_credential(
+        self, kind: str, name: str, digest: str, data: dict[str, Any], actor: str
+    ) -> CredentialRow:
+        """Keep a credential, with its ``<kind>_added`` audit row (the name and ``data``), in one
+        transaction. Raises ``KeyConflict`` if ``name`` already has a live one of this kind."""
+        ...
+
+    async def credential(self, kind: str, digest: str) -> CredentialRow | None:
+        """The live credential of ``kind`` with this digest, or None."""
+        ...
+
+    async def credentials(self, kind: str) -> builtins.list[CredentialRow]:
+        """Every credential of ``kind``, revoked ones too, newest first."""
+        ...
+
+    async def revoke_credential(self, kind: str, name: str, actor: str) -> CredentialRow | None:
+        """Revoke the live credential of ``kind`` named ``name``, with its ``<kind>_revoked`` audit row;
+        None when there is none."""
         ...
 
     async def resume_pause(

@@ -44,6 +44,7 @@ from hitl_mcp.quorum import count_vote, vote_of, votes_json
 from hitl_mcp.store.base import (
     PAUSE_STATE,
     Change,
+    CredentialRow,
     DeliveryRow,
     KeyConflict,
     PlannedStep,
@@ -55,6 +56,7 @@ from hitl_mcp.store.base import (
 from hitl_mcp.store.pg_schema import MIGRATIONS, VERSION_TABLE
 from hitl_mcp.store.rows import BODY_FIELDS
 from hitl_mcp.store.rows import audit_row as _audit_row
+from hitl_mcp.store.rows import credential as _credential
 from hitl_mcp.store.rows import delivery as _delivery
 from hitl_mcp.store.rows import reply as _reply
 from hitl_mcp.store.rows import request as _request
@@ -1218,6 +1220,68 @@ class PostgresStore:
             return [_rule(r) for r in await conn.fetch(sql + " ORDER BY id DESC", *args)]
 
         return await self._unit(work)
+
+    # --- credentials --------------------------------------------------------------------------
+
+    async def add_credential(
+        self, kind: str, name: str, digest: str, data: dict[str, Any], actor: str
+    ) -> CredentialRow:
+        at = now()
+
+        async def work(tx: _Tx) -> CredentialRow:
+            row = await tx.conn.fetchrow(
+                "INSERT INTO credentials (kind, name, digest, data, created_by, created_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING *",
+                kind,
+                name,
+                digest,
+                json.dumps(data),
+                actor,
+                at,
+            )
+            if row is None:
+                raise KeyConflict(f"{kind} {name!r} already has a live credential")
+            await self._append(tx, None, f"{kind}_added", actor, {"name": name, **data}, at=at)
+            return _credential(row)
+
+        return await self._write(work)
+
+    async def credential(self, kind: str, digest: str) -> CredentialRow | None:
+        async def work(conn: Conn) -> CredentialRow | None:
+            row = await conn.fetchrow(
+                "SELECT * FROM credentials WHERE digest = $1 AND kind = $2 AND revoked_at IS NULL",
+                digest,
+                kind,
+            )
+            return None if row is None else _credential(row)
+
+        return await self._unit(work)
+
+    async def credentials(self, kind: str) -> builtins.list[CredentialRow]:
+        async def work(conn: Conn) -> builtins.list[CredentialRow]:
+            rows = await conn.fetch("SELECT * FROM credentials WHERE kind = $1 ORDER BY id DESC", kind)
+            return [_credential(r) for r in rows]
+
+        return await self._unit(work)
+
+    async def revoke_credential(self, kind: str, name: str, actor: str) -> CredentialRow | None:
+        at = now()
+
+        async def work(tx: _Tx) -> CredentialRow | None:
+            row = await tx.conn.fetchrow(
+                "UPDATE credentials SET revoked_at = $1, revoked_by = $2"
+                " WHERE kind = $3 AND name = $4 AND revoked_at IS NULL RETURNING *",
+                at,
+                actor,
+                kind,
+                name,
+            )
+            if row is None:
+                return None
+            await self._append(tx, None, f"{kind}_revoked", actor, {"name": name}, at=at)
+            return _credential(row)
+
+        return await self._write(work)
 
     async def revoke_rule(self, rule_id: int, actor: str) -> RuleRow | None:
         at = now()

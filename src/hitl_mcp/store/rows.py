@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from hitl_mcp.audit import AuditRow
 from hitl_mcp.models import Kind, Request, Status
-from hitl_mcp.store.base import DeliveryRow, ReplyRow, RuleRow, StepRow
+from hitl_mcp.store.base import CredentialRow, DeliveryRow, ReplyRow, RuleRow, StepRow
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -105,6 +105,10 @@ def reply(row: Row) -> ReplyRow:
 
 def rule(row: Row) -> RuleRow:
     return _from_row(RuleRow, row, arguments=json.loads(row["arguments"]), high_risk=_flag(row["high_risk"]))
+
+
+def credential(row: Row) -> CredentialRow:
+    return _from_row(CredentialRow, row, data=json.loads(row["data"]))
 
 
 def audit_row(row: Row) -> AuditRow:

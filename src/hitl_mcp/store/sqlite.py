@@ -34,6 +34,7 @@ from hitl_mcp.quorum import count_vote, vote_of, votes_json
 from hitl_mcp.store.base import (
     PAUSE_STATE,
     Change,
+    CredentialRow,
     DeliveryRow,
     KeyConflict,
     PlannedStep,
@@ -44,6 +45,7 @@ from hitl_mcp.store.base import (
 )
 from hitl_mcp.store.rows import BODY_FIELDS
 from hitl_mcp.store.rows import audit_row as _audit_row
+from hitl_mcp.store.rows import credential as _credential
 from hitl_mcp.store.rows import delivery as _delivery
 from hitl_mcp.store.rows import reply as _reply
 from hitl_mcp.store.rows import request as _request
@@ -217,6 +219,25 @@ MIGRATIONS: list[str] = [
         revoked_by TEXT
     );
     CREATE INDEX rules_live ON rules(revoked_at, expires_at);
+    """,
+    # 10: a request belongs to the principal a credential proved (principal.py): the owners and rule
+    # agents written before were stdio clients' names; and the credentials the server issued (agent
+    # tokens), kept by their SHA-256, at most one live per kind and name
+    """
+    UPDATE requests SET owner = 'stdio:' || owner;
+    UPDATE rules SET agent = 'stdio:' || agent WHERE agent != '*';
+    CREATE TABLE credentials (
+        id INTEGER PRIMARY KEY,
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        digest TEXT NOT NULL UNIQUE,
+        data TEXT NOT NULL,
+        created_by TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        revoked_at REAL,
+        revoked_by TEXT
+    );
+    CREATE UNIQUE INDEX credentials_live ON credentials(kind, name) WHERE revoked_at IS NULL;
     """,
 ]
 
@@ -1176,6 +1197,62 @@ class SqliteStore:
 
         def work(db: sqlite3.Connection) -> Any:
             return [_rule(r) for r in db.execute(sql + " ORDER BY id DESC", args).fetchall()]
+
+        return await self._run(work)
+
+    # --- credentials --------------------------------------------------------------------------
+
+    async def add_credential(
+        self, kind: str, name: str, digest: str, data: dict[str, Any], actor: str
+    ) -> CredentialRow:
+        at = now()
+
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                try:
+                    row = db.execute(
+                        "INSERT INTO credentials (kind, name, digest, data, created_by, created_at)"
+                        " VALUES (?, ?, ?, ?, ?, ?) RETURNING *",
+                        (kind, name, digest, json.dumps(data), actor, at),
+                    ).fetchone()
+                except sqlite3.IntegrityError:
+                    raise KeyConflict(f"{kind} {name!r} already has a live credential") from None
+                self._append(db, None, f"{kind}_added", actor, {"name": name, **data}, at=at)
+                return _credential(row)
+
+        return await self._run(work)
+
+    async def credential(self, kind: str, digest: str) -> CredentialRow | None:
+        def work(db: sqlite3.Connection) -> Any:
+            row = db.execute(
+                "SELECT * FROM credentials WHERE digest = ? AND kind = ? AND revoked_at IS NULL",
+                (digest, kind),
+            ).fetchone()
+            return None if row is None else _credential(row)
+
+        return await self._run(work)
+
+    async def credentials(self, kind: str) -> builtins.list[CredentialRow]:
+        def work(db: sqlite3.Connection) -> Any:
+            rows = db.execute("SELECT * FROM credentials WHERE kind = ? ORDER BY id DESC", (kind,))
+            return [_credential(r) for r in rows.fetchall()]
+
+        return await self._run(work)
+
+    async def revoke_credential(self, kind: str, name: str, actor: str) -> CredentialRow | None:
+        at = now()
+
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                row = db.execute(
+                    "UPDATE credentials SET revoked_at = ?, revoked_by = ?"
+                    " WHERE kind = ? AND name = ? AND revoked_at IS NULL RETURNING *",
+                    (at, actor, kind, name),
+                ).fetchone()
+                if row is None:
+                    return None
+                self._append(db, None, f"{kind}_revoked", actor, {"name": name}, at=at)
+                return _credential(row)
 
         return await self._run(work)
 

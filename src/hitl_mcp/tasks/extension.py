@@ -35,10 +35,10 @@ from mcp_types import (
 from mcp_types.jsonrpc import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from hitl_mcp.call_context import AnyContext, client_name, is_modern
+from hitl_mcp.call_context import AnyContext, client_name, is_modern, principal_of
 from hitl_mcp.errors import NotFound
 from hitl_mcp.host_forms import HostForms
-from hitl_mcp.models import Request, Status, client_identity, now
+from hitl_mcp.models import Request, Status, now
 from hitl_mcp.tasks import status
 from hitl_mcp.tasks.core import CORE_VERSION, CoreTasks
 from hitl_mcp.tasks.inputs import TaskForms
@@ -149,7 +149,7 @@ class TasksExtension(Extension):
             )
         broker = await self.get_broker()
         try:
-            request = await broker.owned(task_id, client_identity(client_name(ctx), self.agent))
+            request = await broker.owned(task_id, principal_of(ctx, self.agent).owner)
         except NotFound:
             # someone else's task is no task at all: nothing confirms that the id exists
             raise MCPError(code=INVALID_PARAMS, message="Failed to retrieve task: Task not found") from None
@@ -207,5 +207,5 @@ class TasksExtension(Extension):
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
     ) -> dict[str, Any]:
         broker = await self.get_broker()
-        owner = client_identity(client_name(ctx), self.agent)
+        owner = principal_of(ctx, self.agent).owner
         return await self.core.listing(broker, owner, params.cursor if params is not None else None)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from mcp.types import ElicitRequestFormParams, ElicitRequestURLParams, ElicitResult
 from pydantic import ValidationError
 
-from hitl_mcp.call_context import AnyContext, Mode, responder
+from hitl_mcp.call_context import AnyContext, Mode, asked_here, responder
 from hitl_mcp.host_forms import FORM_ATTEMPTS, HostForms, declined_key, linked_key
 from hitl_mcp.host_window import link_message, render_form
 from hitl_mcp.models import Request
@@ -73,7 +73,7 @@ class TaskForms:
     async def _offerable(self, ctx: AnyContext, broker: Broker, request: Request) -> tuple[str, Mode] | None:
         """The elicitation channel and mode to show the request in this host, if any."""
         channel = HostForms.channel_of(broker, request)
-        if channel is None or not request.is_open:
+        if channel is None or not request.is_open or not asked_here(ctx, request):
             return None
         mode, _ = self.forms.choose(ctx, getattr(broker.channels[channel].config, "mode", "auto"))
         if mode is None:
@@ -122,8 +122,8 @@ class TaskForms:
     ) -> None:
         """Apply a ``tasks/update``: only the key now outstanding counts; others are ignored (spec)."""
         channel = HostForms.channel_of(broker, request)
-        if channel is None:
-            return
+        if channel is None or not asked_here(ctx, request):
+            return  # the form counts only where the request was asked
         offered = await self._load(broker, channel, request.id)
         if not offered.shown or offered.key not in responses:
             return

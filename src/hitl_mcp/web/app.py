@@ -1,5 +1,5 @@
 """The one Starlette app: its routes, what its endpoints share, how errors are rendered, and the
-middleware around it (body limit; Host and Origin on loopback; over HTTP, MCP itself).
+middleware around it (body limit; Host and Origin on loopback; MCP's credential check).
 
 ``build_app`` is all the runtime calls. The endpoints find what they need on ``app.state.web``
 (``deps.Web``); a ``Problem`` an endpoint raises is answered here, as JSON or as a page.
@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
 from starlette.applications import Starlette
-from starlette.requests import HTTPConnection
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -25,6 +24,7 @@ from hitl_mcp.channels.base import Channel
 from hitl_mcp.net import is_loopback
 from hitl_mcp.web import api, batch, events, pages, pwa, rules, signin
 from hitl_mcp.web.auth import WebAuth
+from hitl_mcp.web.credentials import Credentials
 from hitl_mcp.web.deps import Web, page_context
 from hitl_mcp.web.errors import Problem, SignedOut
 from hitl_mcp.web.links import RequestLinks
@@ -79,9 +79,11 @@ def build_app(
     # on loopback, HostCheck (below) checks Host and Origin for every route, MCP's included, with
     # the bound port and public_url: the SDK's own check (three fixed names, any port) stands aside
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    agents = {name: agent.token.get_secret_value() for name, agent in config.agents.items()}
+    credentials = Credentials(auth, agents, get_broker)
     if mcp is not None and transport == "http":
         inner = mcp.streamable_http_app(host=host, transport_security=security)
-        routes += [_guard(r, auth, host) for r in inner.routes]
+        routes += _guarded(inner.routes, credentials)
 
         @contextlib.asynccontextmanager
         async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -90,7 +92,7 @@ def build_app(
 
     elif mcp is not None and transport == "sse":
         inner = mcp.sse_app(host=host, transport_security=security)
-        routes += [_guard(r, auth, host) for r in inner.routes]
+        routes += _guarded(inner.routes, credentials)
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Problem: render_problem})
     app.state.web = Web(get_broker, Sessions(auth, get_broker, public_url), web_channel, RequestLinks(auth))
     app.add_middleware(BodyLimit, max_bytes=config.server.http.max_body_bytes)
@@ -130,20 +132,10 @@ class LazyRoutes:
         await self._app(scope, receive, send)
 
 
-def _guard(route: BaseRoute, auth: WebAuth, host: str) -> BaseRoute:
-    """Off loopback, MCP itself needs the web token too."""
-    if is_loopback(host):
-        return route
-    inner_app: ASGIApp | None = getattr(route, "app", None)
-    if inner_app is None:
-        return route
-
-    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not auth.bearer_ok(HTTPConnection(scope)):
-            refused = JSONResponse({"error": "missing or wrong bearer token"}, status_code=401)
-            await refused(scope, receive, send)
-            return
-        await inner_app(scope, receive, send)
-
-    route.app = guarded  # type: ignore[attr-defined]
-    return route
+def _guarded(routes: list[BaseRoute], credentials: Credentials) -> list[BaseRoute]:
+    """MCP's routes, each behind the credential check (``credentials.py``), on every bind."""
+    for route in routes:
+        inner: ASGIApp | None = getattr(route, "app", None)
+        if inner is not None:
+            route.app = credentials.guard(inner)  # type: ignore[attr-defined]
+    return routes

@@ -14,6 +14,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from hitl_mcp.models import Kind, Request, Status
+from hitl_mcp.principal import of_owner
 from hitl_mcp.wording import by_via, verdict
 
 HISTORY_STATUSES = (Status.ANSWERED, Status.EXPIRED, Status.CANCELLED)
@@ -115,10 +116,14 @@ def session_label(session_key: str | None) -> str:
 
 
 def agent_label(request: Request) -> str:
-    """The agent identity the request was asked under (``server.agent``, the part of its owner
-    before the client's name), or ``""``."""
+    """Whom the request was asked as, beside its client's name: over HTTP the principal ("agent
+    ci-bot", "the operator"); over stdio ``server.agent`` (the part of its owner before the client's
+    name), or ``""``."""
+    principal = of_owner(request.owner)
+    if principal.kind != "stdio":
+        return principal.label
     suffix = "/" + (request.client_name or "(unnamed client)")
-    return request.owner[: -len(suffix)] if request.owner.endswith(suffix) else ""
+    return principal.name[: -len(suffix)] if principal.name.endswith(suffix) else ""
 
 
 @dataclass
