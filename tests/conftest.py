@@ -105,6 +105,23 @@ async def cli(state_dir: Path, *args: str, **env: str) -> tuple[int, str, str]:
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
+def bearer(url: str, token: str = TOKEN) -> Any:
+    """A streamable HTTP transport to ``url`` (an ``/mcp`` endpoint) that presents ``token``: MCP over
+    HTTP needs a credential, loopback included (the web token is the operator's; ``agent add`` makes
+    agent tokens). Pass it to ``Client`` where a URL would go."""
+    return _bearer(url, token)
+
+
+@contextlib.asynccontextmanager
+async def _bearer(url: str, token: str) -> AsyncIterator[Any]:
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+        async with streamable_http_client(url, http_client=http) as streams:
+            yield streams
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

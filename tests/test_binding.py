@@ -12,7 +12,6 @@ from typing import Any
 import httpx2
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 
 from hitl_mcp.config import parse_config
@@ -20,6 +19,7 @@ from hitl_mcp.models import Status
 from tests.conftest import (
     TOKEN,
     api_client,
+    bearer,
     free_port,
     running,
     sc,
@@ -182,20 +182,26 @@ async def test_agent_identity_scopes_requests_per_deployment(state_dir: Path, tm
         assert second["request_id"] != first["request_id"]
 
 
-async def test_over_http_a_second_session_reusing_a_key_gets_nothing(tmp_path: Path, state_dir: Path) -> None:
+AGENT_TOKENS = {"deploy-agent": "deploy-agent-token-0123456789", "other": "other-agent-token-0123456789"}
+AGENTS = "agents:\n" + "".join(f"  {n}: {{token: {t}}}\n" for n, t in AGENT_TOKENS.items())
+
+
+async def test_over_http_another_agent_reusing_a_key_gets_nothing(tmp_path: Path, state_dir: Path) -> None:
+    """Each agent its own token: a second agent reusing the first one's key, and declaring the first
+    one's client name, asks anew and cannot wait on the first one's request."""
     port = free_port()
-    config = write_config(tmp_path / "hitl.yaml", port)
+    config = write_config(tmp_path / "hitl.yaml", port, AGENTS)
     url = f"http://127.0.0.1:{port}/mcp"
     async with server_process(serve_args(config, "--transport", "http"), server_env(state_dir)):
-        async with Client(
-            streamable_http_client(url), mode="legacy", client_info=named("deploy-agent")
-        ) as client:
+        first_agent = bearer(url, AGENT_TOKENS["deploy-agent"])
+        async with Client(first_agent, mode="legacy", client_info=named("deploy-agent")) as client:
             first = sc(await client.call_tool("request_approval", APPROVE_DEPLOY))
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
             reply_url = f"http://127.0.0.1:{port}/api/requests/{first['request_id']}/reply"
             r = await http.post(reply_url, json={"decision": "approve"})
             assert r.status_code == 200
-        async with Client(streamable_http_client(url), mode="legacy", client_info=named("other")) as other:
+        impostor = bearer(url, AGENT_TOKENS["other"])
+        async with Client(impostor, mode="legacy", client_info=named("deploy-agent")) as other:
             forged = {**APPROVE_DEPLOY, "action": "DROP DATABASE production", "payload": {"db": "prod"}}
             out = sc(await other.call_tool("request_approval", forged))
             assert out["request_id"] != first["request_id"] and out["approved"] is None

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from tests.conftest import TOKEN, free_port, sc, serve_args, server_env, server_process
+from tests.conftest import TOKEN, bearer, free_port, sc, serve_args, server_env, server_process
 from tests.conftest import cli as hitl
 
 pytestmark = pytest.mark.anyio
@@ -28,7 +28,7 @@ async def test_answering_verbs_need_the_token_and_go_through_the_server(
     config.write_text(f"server:\n  http: {{host: 127.0.0.1, port: {port}}}\n  cli: {{require_token: true}}\n")
     url = f"http://127.0.0.1:{port}"
     async with server_process(serve_args(config, "--transport", "http"), server_env(state_dir)):
-        async with Client(f"{url}/mcp") as client:
+        async with Client(bearer(f"{url}/mcp")) as client:
             approval = sc(await client.call_tool("request_approval", {"action": "Deploy", "wait_seconds": 0}))
             question = sc(await client.call_tool("ask_user", {"question": "Region?", "wait_seconds": 0}))
         aid, qid = approval["request_id"], question["request_id"]
@@ -72,7 +72,7 @@ async def test_answering_verbs_need_the_token_and_go_through_the_server(
             "hitl-mcp: not recorded: already answered by web inbox user via web"
         )
 
-        async with Client(f"{url}/mcp") as client:
+        async with Client(bearer(f"{url}/mcp")) as client:
             pending = sc(await client.call_tool("ask_user", {"question": "Later?", "wait_seconds": 0}))
     with sqlite3.connect(state_dir / "hitl.sqlite3") as db:
         replies = db.execute("SELECT request_id, channel, responder, won FROM replies ORDER BY id").fetchall()

@@ -17,6 +17,7 @@ from mcp.client.stdio import stdio_client
 from tests.conftest import (
     PYTHON,
     TOKEN,
+    bearer,
     cli,
     free_port,
     sc,
@@ -72,7 +73,7 @@ async def test_sigkill_and_restart_loses_nothing(tmp_path: Path, state_dir: Path
     url = f"http://127.0.0.1:{port}"
     headers = {"Authorization": f"Bearer {TOKEN}"}
     async with server_process(serve_args(config, "--transport", "http"), server_env(state_dir)) as server:
-        async with Client(f"{url}/mcp", mode="legacy") as client:
+        async with Client(bearer(f"{url}/mcp"), mode="legacy") as client:
             ids = []
             for i in range(10):
                 tool, args = (
@@ -98,7 +99,7 @@ async def test_sigkill_and_restart_loses_nothing(tmp_path: Path, state_dir: Path
                 assert (await http.post(f"{url}/api/requests/{rid}/reply", json=body)).status_code == 200
             again = await http.post(f"{url}/api/requests/{ids[0]}/reply", json={"decision": "deny"})
             assert again.status_code == 409
-        async with Client(f"{url}/mcp", mode="legacy") as client:
+        async with Client(bearer(f"{url}/mcp"), mode="legacy") as client:
             for rid in ids:
                 out = sc(await client.call_tool("wait_for_response", {"request_id": rid, "wait_seconds": 0}))
                 assert out["status"] == "answered"

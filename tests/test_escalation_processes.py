@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mcp.client import Client
 
-from tests.conftest import cli, free_port, sc, serve_args, server_env, server_process, write_config
+from tests.conftest import bearer, cli, free_port, sc, serve_args, server_env, server_process, write_config
 from tests.support.events import until
 from tests.support.ntfy_standin import NtfyStandin
 from tests.support.serve import serving
@@ -46,7 +46,7 @@ async def test_two_processes_run_each_step_once(tmp_path: Path, state_dir: Path)
             server_process(serve_args(config_a, "--transport", "http"), env),
             server_process(serve_args(config_b, "--transport", "http"), env),
         ):
-            async with Client(f"http://127.0.0.1:{port_a}/mcp", mode="legacy") as client:
+            async with Client(bearer(f"http://127.0.0.1:{port_a}/mcp"), mode="legacy") as client:
                 ids = [
                     sc(await client.call_tool("ask_user", {"question": f"Q{i}?", "wait_seconds": 0}))[
                         "request_id"

@@ -22,6 +22,7 @@ from tests.conftest import (
     PYTHON,
     ROOT,
     TOKEN,
+    bearer,
     cli,
     free_port,
     sc,
@@ -38,7 +39,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 async def create_requests(url: str, count: int) -> list[str]:
     ids: list[str] = []
-    async with Client(f"{url}/mcp", mode="legacy") as client:
+    async with Client(bearer(f"{url}/mcp"), mode="legacy") as client:
 
         async def one(i: int) -> None:
             tool, args = (

@@ -21,7 +21,7 @@ from mcp import Client
 from hitl_mcp.broker import AskSpec
 from hitl_mcp.models import Kind
 from tests import test_inbox_browser as shared
-from tests.conftest import ROOT, TOKEN
+from tests.conftest import ROOT, TOKEN, bearer
 from tests.test_inbox_browser import Browser, Call, Page, _has, api_get, expect, inbox_and_page, keys_awake
 
 # the same Chromium (a module fixture), event loop and skip rule as the other browser tests
@@ -145,7 +145,7 @@ async def test_a_high_risk_approval_asks_to_confirm_with_the_focus_on_cancel(
     """By key and by click; the dialog shows the payload; Enter or a second `a` does not approve."""
     async with (
         inbox_and_page(state_dir, browser) as (inbox, _, page),
-        Client(f"{inbox.url}/mcp", mode="legacy") as client,
+        Client(bearer(f"{inbox.url}/mcp"), mode="legacy") as client,
         anyio.create_task_group() as tg,
     ):
         payload = {"sql": "DROP TABLE sessions;", "filler": ["row"] * 200}  # long: it would fold

@@ -26,7 +26,7 @@ from hitl_mcp.broker import AskSpec
 from hitl_mcp.config import parse_config
 from hitl_mcp.models import Kind, now
 from hitl_mcp.web.links import RequestLinks
-from tests.conftest import ROOT, TOKEN, sc
+from tests.conftest import ROOT, TOKEN, bearer, sc
 from tests.test_inbox_pages import Inbox, serve_inbox
 
 CHROMIUM = "/usr/bin/chromium"
@@ -161,7 +161,7 @@ async def test_mcp_request_appears_live_and_the_page_answer_returns_to_the_agent
     text = args.get("question") or args["action"]
     async with (
         inbox_and_page(state_dir, browser) as (inbox, _, page),
-        Client(f"{inbox.url}/mcp", mode="legacy") as client,
+        Client(bearer(f"{inbox.url}/mcp"), mode="legacy") as client,
         anyio.create_task_group() as tg,
     ):
         await page.evaluate("window.__sameDocument = true")
@@ -204,7 +204,7 @@ async def test_mcp_request_appears_live_and_the_page_answer_returns_to_the_agent
 async def test_requests_answered_elsewhere_leave_the_page_live(state_dir: Path, browser: Browser) -> None:
     async with (
         inbox_and_page(state_dir, browser) as (inbox, _, page),
-        Client(f"{inbox.url}/mcp", mode="legacy") as client,
+        Client(bearer(f"{inbox.url}/mcp"), mode="legacy") as client,
     ):
         await page.evaluate("window.__sameDocument = true")
         first = sc(await client.call_tool("ask_user", {"question": "Tabs or spaces?", "wait_seconds": 0}))
@@ -277,7 +277,7 @@ async def test_a_url_elicitation_link_opens_the_request_and_its_answer_returns_t
 
     async with (
         serve_inbox(state_dir, config=config) as inbox,
-        Client(f"{inbox.url}/mcp", mode="legacy", elicitation_callback=host) as client,
+        Client(bearer(f"{inbox.url}/mcp"), mode="legacy", elicitation_callback=host) as client,
         anyio.create_task_group() as tg,
     ):
         call = Call(client, "request_approval", {"action": "Rotate the signing keys"})
@@ -309,7 +309,7 @@ async def test_post_without_csrf_token_or_without_cookie_is_refused_and_changes_
 ) -> None:
     async with (
         inbox_and_page(state_dir, browser) as (inbox, ctx, page),
-        Client(f"{inbox.url}/mcp", mode="legacy") as client,
+        Client(bearer(f"{inbox.url}/mcp"), mode="legacy") as client,
     ):
         rid = sc(await client.call_tool("ask_user", {"question": "Proceed?", "wait_seconds": 0}))[
             "request_id"
@@ -343,7 +343,7 @@ async def test_phone_width_has_no_horizontal_scroll(state_dir: Path, browser: Br
     phone = {"viewport": {"width": 375, "height": 740}, "is_mobile": True, "has_touch": True}
     async with (
         inbox_and_page(state_dir, browser, **phone) as (inbox, _, page),
-        Client(f"{inbox.url}/mcp", mode="legacy") as client,
+        Client(bearer(f"{inbox.url}/mcp"), mode="legacy") as client,
     ):
         long_word = "x" * 300
         await client.call_tool(
@@ -387,7 +387,7 @@ async def test_phone_width_has_no_horizontal_scroll(state_dir: Path, browser: Br
 async def test_keyboard_approve_and_deny(state_dir: Path, browser: Browser) -> None:
     async with (
         inbox_and_page(state_dir, browser) as (inbox, _, page),
-        Client(f"{inbox.url}/mcp", mode="legacy") as client,
+        Client(bearer(f"{inbox.url}/mcp"), mode="legacy") as client,
         anyio.create_task_group() as tg,
     ):
         approve = Call(client, "request_approval", {"action": "Merge the PR", "payload": {"pr": 12}})
@@ -428,7 +428,7 @@ async def test_late_answer_without_javascript_shows_who_answered(state_dir: Path
         try:
             page = await ctx.new_page()
             await page.goto(f"{inbox.url}/login?token={TOKEN}")
-            async with Client(f"{inbox.url}/mcp", mode="legacy") as client:
+            async with Client(bearer(f"{inbox.url}/mcp"), mode="legacy") as client:
                 rid = sc(await client.call_tool("ask_user", {"question": "Ship?", "wait_seconds": 0}))[
                     "request_id"
                 ]
@@ -458,7 +458,7 @@ async def test_late_answer_without_javascript_shows_who_answered(state_dir: Path
 async def test_notifications_appear_live_and_dismiss(state_dir: Path, browser: Browser) -> None:
     async with (
         inbox_and_page(state_dir, browser) as (inbox, _, page),
-        Client(f"{inbox.url}/mcp", mode="legacy") as client,
+        Client(bearer(f"{inbox.url}/mcp"), mode="legacy") as client,
     ):
         result = sc(
             await client.call_tool(
@@ -478,7 +478,7 @@ async def test_notifications_appear_live_and_dismiss(state_dir: Path, browser: B
 async def test_system_notification_and_service_worker(state_dir: Path, browser: Browser) -> None:
     async with (
         inbox_and_page(state_dir, browser) as (inbox, ctx, page),
-        Client(f"{inbox.url}/mcp", mode="legacy") as client,
+        Client(bearer(f"{inbox.url}/mcp"), mode="legacy") as client,
     ):
         registered = await page.evaluate(
             "navigator.serviceWorker.ready.then((r) => r.active && new URL(r.active.scriptURL).pathname)"

@@ -15,7 +15,7 @@ from mcp.types import Implementation
 
 from hitl_mcp.config import parse_config
 from tests import test_inbox_browser as shared
-from tests.conftest import TOKEN, sc
+from tests.conftest import TOKEN, bearer, sc
 from tests.test_inbox_access import PHONE, ask
 from tests.test_inbox_browser import Browser, expect, inbox_and_page
 from tests.test_inbox_pages import serve_inbox
@@ -37,14 +37,16 @@ async def test_an_agent_that_reconnects_is_one_group(state_dir: Path, browser: B
     async with inbox_and_page(state_dir, browser) as (inbox, _, page):
         for n in range(3):  # three sessions of the same agent
             async with Client(
-                f"{inbox.url}/mcp", client_info=Implementation(name="claude-code", version="1")
+                bearer(f"{inbox.url}/mcp"), client_info=Implementation(name="claude-code", version="1")
             ) as c:
                 sc(
                     await c.call_tool(
                         "ask_user", {"question": f"Question {n} from claude-code", "wait_seconds": 0}
                     )
                 )
-        async with Client(f"{inbox.url}/mcp", client_info=Implementation(name="cursor", version="1")) as c:
+        async with Client(
+            bearer(f"{inbox.url}/mcp"), client_info=Implementation(name="cursor", version="1")
+        ) as c:
             sc(await c.call_tool("ask_user", {"question": "One from cursor", "wait_seconds": 0}))
         await expect(page.locator("article.card")).to_have_count(4)
         groups = page.locator("section.group")
@@ -66,7 +68,7 @@ async def test_an_agent_that_reconnects_is_one_group(state_dir: Path, browser: B
             await page.goto(f"{inbox.url}/login?token={TOKEN}")
             for n in range(2):
                 async with Client(
-                    f"{inbox.url}/mcp", client_info=Implementation(name="claude-code", version="1")
+                    bearer(f"{inbox.url}/mcp"), client_info=Implementation(name="claude-code", version="1")
                 ) as c:
                     sc(await c.call_tool("ask_user", {"question": f"Release {n}?", "wait_seconds": 0}))
             await page.reload()

@@ -20,7 +20,7 @@ from mcp import Client
 from hitl_mcp.store.base import StoreError
 from hitl_mcp.store.pg_schema import MIGRATIONS
 from hitl_mcp.store.postgres import NewerDatabase, PostgresStore
-from tests.conftest import TOKEN, cli, free_port, sc, serve_args, server_env, server_process
+from tests.conftest import TOKEN, bearer, cli, free_port, sc, serve_args, server_env, server_process
 from tests.support.postgres import Cluster
 from tests.support.settle import verify_audit
 
@@ -234,7 +234,7 @@ async def test_two_replicas_on_one_database_answer_each_others_requests(
     async with (
         server_process(serve_args(configs[0], "--transport", "http"), env_a),
         server_process(serve_args(configs[1], "--transport", "http"), env_b),
-        Client(f"http://127.0.0.1:{ports[0]}/mcp", mode="legacy") as agent,
+        Client(bearer(f"http://127.0.0.1:{ports[0]}/mcp"), mode="legacy") as agent,
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http,
     ):
         out: dict[str, Any] = {}

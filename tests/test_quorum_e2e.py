@@ -18,6 +18,7 @@ from hitl_mcp.quorum import Quorum
 from tests.conftest import (
     TOKEN,
     api_client,
+    bearer,
     free_port,
     make_config,
     running,
@@ -73,7 +74,7 @@ async def test_an_agent_sees_the_votes_in_its_results(tmp_path: Path, state_dir:
     config = write_config(tmp_path / "hitl.yaml", port, "channels:\n  web: {type: web}\n" + PEOPLE)
     async with (
         server_process(serve_args(config, "--transport", "http"), server_env(state_dir)),
-        Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client,
+        Client(bearer(f"http://127.0.0.1:{port}/mcp"), mode="legacy") as client,
         httpx2.AsyncClient(
             base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"}
         ) as api,

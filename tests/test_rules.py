@@ -17,7 +17,6 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 
 from hitl_mcp import broker as broker_module
@@ -33,6 +32,7 @@ from hitl_mcp.store.base import RuleRow
 from tests.conftest import (
     TOKEN,
     api_client,
+    bearer,
     free_port,
     make_config,
     running,
@@ -76,7 +76,7 @@ async def test_a_rule_made_in_the_inbox_answers_the_next_approval_over_mcp(
     info = Implementation(name="deploy-agent", version="1")
     async with server_process(serve_args(config, "--transport", "http"), server_env(state_dir)):
         async with (
-            Client(streamable_http_client(f"{base}/mcp"), mode="legacy", client_info=info) as agent,
+            Client(bearer(f"{base}/mcp"), mode="legacy", client_info=info) as agent,
             httpx2.AsyncClient(base_url=base) as person,
         ):
             first = sc(await agent.call_tool("request_approval", DEPLOY))
@@ -319,7 +319,7 @@ async def test_pause_and_resume_from_the_cli_and_the_tool_result_says_paused(
     port = free_port()
     config = write_config(tmp_path / "hitl.yaml", port)
     async with server_process(serve_args(config, "--transport", "http"), server_env(state_dir)):
-        async with Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp"), mode="legacy") as agent:
+        async with Client(bearer(f"http://127.0.0.1:{port}/mcp"), mode="legacy") as agent:
             result = await agent.call_tool("request_approval", DEPLOY)
             assert sc(result)["approved"] is False and sc(result)["comment"].endswith("(terminal): lunch")
             assert "approvals are paused by" in text_of(result) and "denied" not in text_of(result).lower()

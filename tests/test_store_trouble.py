@@ -25,6 +25,7 @@ from hitl_mcp.store import sqlite as sqlite_store
 from tests.conftest import (
     PYTHON,
     Heard,
+    bearer,
     free_port,
     running,
     sc,
@@ -92,7 +93,7 @@ async def test_a_full_disk_is_said_plainly_and_the_server_goes_on(tmp_path: Path
     args = ["-c", EXEC_ARGV, "unshare", "--mount", "sh", "-c", mount, str(state_dir), *serve]
     url = f"http://127.0.0.1:{port}/mcp"
     async with server_process(args, server_env(state_dir)):
-        async with Client(url, mode="legacy") as client:
+        async with Client(bearer(url), mode="legacy") as client:
             error = ""
             for i in range(100):
                 payload = {"blob": f"{i:04d}" + "x" * 60_000}

@@ -20,6 +20,7 @@ from tests.conftest import (
     PYTHON,
     ROOT,
     TOKEN,
+    bearer,
     free_port,
     sc,
     serve_args,
@@ -75,7 +76,7 @@ async def test_over_http_a_task_is_polled_and_answered(tmp_path: Path, state_dir
     async with server_process(serve_args(config, "--transport", "http"), server_env(state_dir)):
         ext = TasksClient()
         async with Client(
-            f"http://127.0.0.1:{port}/mcp", mode="auto", extensions=[ext], client_info=CLIENT
+            bearer(f"http://127.0.0.1:{port}/mcp"), mode="auto", extensions=[ext], client_info=CLIENT
         ) as client:
             assert client.session.protocol_version == "2026-07-28"
             out = await answered_while_polled(client, ext, port)
@@ -138,7 +139,7 @@ async def test_a_task_survives_a_restart_and_another_process_reads_it(
     env = server_env(state_dir)
     async with server_process(serve_args(first, "--transport", "http"), env):
         async with Client(
-            f"http://127.0.0.1:{first_port}/mcp",
+            bearer(f"http://127.0.0.1:{first_port}/mcp"),
             mode="2026-07-28",
             extensions=[TasksClient()],
             client_info=CLIENT,
@@ -148,7 +149,7 @@ async def test_a_task_survives_a_restart_and_another_process_reads_it(
         # a second process sharing the store reads the task while the first still runs
         async with server_process(serve_args(second, "--transport", "http"), env):
             async with Client(
-                f"http://127.0.0.1:{second_port}/mcp",
+                bearer(f"http://127.0.0.1:{second_port}/mcp"),
                 mode="2026-07-28",
                 extensions=[TasksClient()],
                 client_info=CLIENT,
@@ -157,7 +158,7 @@ async def test_a_task_survives_a_restart_and_another_process_reads_it(
     # both stopped; a new server, nothing in memory: the task goes on and completes
     async with server_process(serve_args(second, "--transport", "http"), env):
         async with Client(
-            f"http://127.0.0.1:{second_port}/mcp",
+            bearer(f"http://127.0.0.1:{second_port}/mcp"),
             mode="2026-07-28",
             extensions=[TasksClient()],
             client_info=CLIENT,

@@ -27,6 +27,7 @@ from tests.conftest import (
     PYTHON,
     TOKEN,
     api_client,
+    bearer,
     free_port,
     running,
     sc,
@@ -65,7 +66,7 @@ async def client_over(transport: str, tmp_path: Path, state_dir: Path) -> AsyncI
                 yield client, base
     else:
         async with server_process(serve_args(config, "--transport", "http"), server_env(state_dir)):
-            async with Client(f"{base}/mcp", mode="legacy") as client:
+            async with Client(bearer(f"{base}/mcp"), mode="legacy") as client:
                 yield client, base
 
 

@@ -11,6 +11,7 @@ from mcp import Client
 
 from tests.conftest import (
     TOKEN,
+    bearer,
     free_port,
     running,
     sc,
@@ -30,7 +31,7 @@ async def test_a_pending_result_names_the_inbox_address_without_the_token(
     port = free_port()
     config = write_config(tmp_path / "hitl.yaml", port)
     async with server_process(serve_args(config, "--transport", "http"), server_env(state_dir)):
-        async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client:
+        async with Client(bearer(f"http://127.0.0.1:{port}/mcp"), mode="legacy") as client:
             result = await client.call_tool("request_approval", {"action": "Deploy", "wait_seconds": 0})
     out = sc(result)
     page = f"http://127.0.0.1:{port}/requests/{out['request_id']}"

@@ -14,7 +14,17 @@ from bench.cold_start import INITIALIZE, INITIALIZED, TOOLS_LIST  # the messages
 from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
 
-from tests.conftest import PYTHON, TOKEN, free_port, sc, serve_args, server_env, server_process, write_config
+from tests.conftest import (
+    PYTHON,
+    TOKEN,
+    bearer,
+    free_port,
+    sc,
+    serve_args,
+    server_env,
+    server_process,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -86,7 +96,7 @@ async def test_streamable_http(tmp_path: Path, state_dir: Path, mode: str) -> No
     port = free_port()
     config = write_config(tmp_path / "hitl.yaml", port)
     async with server_process(serve_args(config, "--transport", "http"), server_env(state_dir)):
-        async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as client:
+        async with Client(bearer(f"http://127.0.0.1:{port}/mcp"), mode=mode) as client:
             await ask_reply_wait(client, port)
 
 
@@ -94,7 +104,10 @@ async def test_sse(tmp_path: Path, state_dir: Path) -> None:
     port = free_port()
     config = write_config(tmp_path / "hitl.yaml", port)
     async with server_process(serve_args(config, "--transport", "sse"), server_env(state_dir)):
-        async with Client(sse_client(f"http://127.0.0.1:{port}/sse"), mode="legacy") as client:
+        async with Client(
+            sse_client(f"http://127.0.0.1:{port}/sse", headers={"Authorization": f"Bearer {TOKEN}"}),
+            mode="legacy",
+        ) as client:
             await ask_reply_wait(client, port)
 
 

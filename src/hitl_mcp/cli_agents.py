@@ -64,7 +64,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
             elif args.verb == "revoke":
                 if await store.revoke_credential(AGENT_CREDENTIAL, args.name, actor()) is None:
                     raise CliError(f"no agent {args.name!r} with a live token (see: hitl-mcp agent list)")
-                print(f"agent {args.name!r} revoked: its token is refused from now on (within 5 s)")
+                print(f"agent {args.name!r} revoked: its token is refused from now on")
             else:
                 print_agents(config, await store.credentials(AGENT_CREDENTIAL), args.json)
         return 0

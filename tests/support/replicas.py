@@ -87,7 +87,7 @@ class ReplicaSet:
             if "x-hitl-replica" in response.headers:
                 self.served.append(response.headers["x-hitl-replica"])
 
-        http = create_mcp_http_client()
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"})
         http.event_hooks["response"].append(note)
         async with http:
             transport = streamable_http_client(f"{base or self.lb.url}/mcp", http_client=http)

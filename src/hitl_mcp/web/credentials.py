@@ -10,13 +10,12 @@ principal rides the ASGI scope to the tools (``call_context.principal_of``), and
 ``AuthenticatedUser``, so the SDK binds each MCP session and each sealed round-trip state to it: a
 session opened by one principal cannot be used by another.
 
-A stored token, once seen, is remembered for ``CACHE_SECONDS`` (a poll every second does not read
-the store each time): a revoked token stops working within that.
+A stored token is looked up by its digest on each request (one indexed read): a revoked token is
+refused from the next request on, by every replica.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -33,8 +32,6 @@ from hitl_mcp.web.auth import WebAuth
 if TYPE_CHECKING:
     from hitl_mcp.broker import Broker
 
-CACHE_SECONDS = 5.0
-MAX_CACHED = 10_000
 
 GetBroker = Callable[[], Awaitable["Broker"]]
 
@@ -47,7 +44,6 @@ class Credentials:
         self.configured = {token_digest(token): name for name, token in agents.items()}
         """The config's agents, by their token's digest."""
         self.get_broker = get_broker
-        self._seen: dict[str, tuple[str, float]] = {}  # digest -> (agent, until): stored tokens seen
 
     async def principal(self, token: str) -> Principal | None:
         if not token:
@@ -58,18 +54,9 @@ class Credentials:
         name = self.configured.get(digest)
         if name is not None:
             return Principal.agent(name)
-        seen = self._seen.get(digest)
-        if seen is not None and seen[1] > time.monotonic():
-            return Principal.agent(seen[0])
         broker = await self.get_broker()
         row = await broker.store.credential(AGENT_CREDENTIAL, digest)
-        if row is None:
-            self._seen.pop(digest, None)
-            return None
-        if len(self._seen) >= MAX_CACHED:
-            self._seen.clear()
-        self._seen[digest] = (row.name, time.monotonic() + CACHE_SECONDS)
-        return Principal.agent(row.name)
+        return None if row is None else Principal.agent(row.name)
 
     def guard(self, app: ASGIApp) -> ASGIApp:
         """``app`` (an MCP transport's endpoint) behind the credential check."""

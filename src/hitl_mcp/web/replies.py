@@ -38,6 +38,7 @@ def request_json(request: Request) -> dict[str, Any]:
         "default_answer": request.default_answer,
         "channels": request.channels,
         "client_name": request.client_name,
+        "owner": request.owner,
         "created_at": iso(request.created_at),
         "expires_at": iso(request.expires_at),
     }
