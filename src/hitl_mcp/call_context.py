@@ -89,16 +89,9 @@ def principal_of(ctx: AnyContext, agent: str | None = None) -> Principal:
 
 
 def asked_here(ctx: AnyContext, request: Request) -> bool:
-    """Whether this call is where ``request`` was asked: only there is the host's form offered, and
-    only from there does its answer count. That is the MCP session that asked (a connection, or an
-    HTTP session); 2026-07-28 has no sessions, so there it is the principal that asked, over HTTP,
-    where a credential proved it (its round trips are sealed to it too)."""
-    if request.session_key is not None and request.session_key == session_key(ctx):
-        return True
-    if not is_modern(ctx):
-        return False
-    principal = principal_of(ctx)
-    return principal.kind != "stdio" and principal.owner == request.owner
+    """Whether this call is where ``request`` was asked (``session_key``): only there is the host's
+    form offered, and only from there does its answer count, whatever name the caller declares."""
+    return request.session_key is not None and request.session_key == session_key(ctx)
 
 
 def responder(ctx: AnyContext) -> str:
@@ -117,12 +110,17 @@ def client_name(ctx: AnyContext) -> str | None:
 
 
 def session_key(ctx: AnyContext) -> str:
-    """Which MCP session a call belongs to: the connection, else the HTTP session, else the process."""
+    """Which MCP session a call belongs to: the connection, else the HTTP session, else the process.
+    2026-07-28 has no sessions (each request is a connection of its own): there it is the process over
+    stdio (one host), and over HTTP the principal the credential check proved."""
+    request = (ctx.request_context if isinstance(ctx, Context) else ctx).request
+    if is_modern(ctx):
+        return "proc:" + ProcessSession if request is None else "principal:" + principal_of(ctx).owner
     connection = getattr(ctx.session, "_connection", None)
     state = getattr(connection, "state", None)
     if isinstance(state, dict):
         return "conn:" + str(state.setdefault("hitl_session", uuid.uuid4().hex))
-    headers = ctx.headers if isinstance(ctx, Context) else getattr(ctx.request, "headers", None)
+    headers = getattr(request, "headers", None)
     if headers is not None and headers.get("mcp-session-id"):
-        return "http:" + headers["mcp-session-id"]
+        return "http:" + str(headers["mcp-session-id"])
     return "proc:" + ProcessSession
