@@ -4,6 +4,7 @@ decision checked against the shape each host documents."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -247,3 +248,47 @@ async def test_gemini_cli_before_tool(tmp_path: Path) -> None:
     assert denied["decision"] == "deny" and "after the freeze" in denied["reason"]
     code, out, _ = await setup.hook("gemini-cli", event("gemini-cli-beforetool.json"), "--on-failure", "ask")
     assert code == 0 and out == {}  # no server; ask: Gemini CLI goes on as without the hook
+
+
+async def test_a_server_that_never_answers_gets_a_deny_within_the_timeout(tmp_path: Path) -> None:
+    """A server that accepts connections and never answers: the decision is printed within
+    ``--timeout`` plus a second (the bound asserted is generous for a loaded machine; before, it
+    took 52 s with --timeout 3), and it is the failure verdict, never an exit 1."""
+    setup = Setup(tmp_path)
+    accepted = anyio.Event()
+
+    async def mute(stream: anyio.abc.SocketStream) -> None:
+        accepted.set()
+        async with stream:
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                while True:
+                    await stream.receive()  # read everything, answer nothing
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=setup.port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, mute)
+        for on_failure, verdict in (("deny", "deny"), ("ask", "ask")):
+            started = anyio.current_time()
+            code, out, err = await setup.hook(
+                "claude-code",
+                event("claude-code-pretooluse.json"),
+                "--timeout",
+                "2",
+                "--on-failure",
+                on_failure,
+            )
+            took = anyio.current_time() - started
+            assert accepted.is_set()
+            assert code == 0 and out["hookSpecificOutput"]["permissionDecision"] == verdict, err
+            assert (
+                "no answer from the person within 2 s"
+                in out["hookSpecificOutput"]["permissionDecisionReason"]
+            )
+            assert took < 2 + 4, f"the decision took {took:.1f} s"
+        tg.cancel_scope.cancel()
+
+
+async def test_a_bad_timeout_blocks_with_exit_2(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    code, out, err = await setup.hook("claude-code", event("claude-code-pretooluse.json"), "--timeout", "0")
+    assert code == 2 and out is None and "--timeout must be more than 0 seconds" in err

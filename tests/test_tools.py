@@ -255,6 +255,25 @@ async def test_tools_list_has_described_inputs_and_outcome_schema(state_dir: Pat
             assert schema is not None and {"request_id", "status", "next_step"} <= set(schema["properties"])
 
 
+@pytest.mark.parametrize("mode", MODES)
+async def test_no_tool_reads_as_destructive_and_each_has_a_title(state_dir: Path, mode: str) -> None:
+    """MCP's default for a tool that is not read-only is destructive: clients then confirm every
+    question. Each tool says it is not, and has a human title."""
+    async with running(state_dir) as rt, Client(rt.build_mcp(), mode=mode) as client:
+        hints = {
+            t.name: (t.annotations.title, t.annotations.destructive_hint, t.annotations.idempotent_hint)
+            for t in (await client.list_tools()).tools
+            if t.annotations is not None
+        }
+    assert hints == {
+        "ask_user": ("Ask the user", False, True),
+        "request_approval": ("Request approval", False, True),
+        "notify_user": ("Notify the user", False, None),
+        "wait_for_response": ("Wait for a response", False, True),
+        "cancel_request": ("Cancel a request", False, True),
+    }
+
+
 def test_the_tools_precomputed_schemas_are_what_the_tools_give() -> None:
     """``tools/list`` answers from ``tool_schemas.json`` before the tools are built (a faster start):
     it must be what building them gives. After changing a tool: python -m hitl_mcp.tool_schemas"""

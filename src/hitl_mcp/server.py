@@ -180,7 +180,13 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         return await waited(ctx, request, wait_seconds)
 
     @register(
-        annotations=ToolAnnotations(title="Ask the user", read_only_hint=False, open_world_hint=True),
+        annotations=ToolAnnotations(
+            title="Ask the user",
+            read_only_hint=False,
+            destructive_hint=False,
+            idempotent_hint=True,  # the same ask (or idempotency_key) while pending is the same request
+            open_world_hint=True,
+        ),
     )
     async def ask_user(
         question: Annotated[str, Field(min_length=1, max_length=4000, description="The question, in full.")],
@@ -229,7 +235,13 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         return await asking(ctx, spec, wait_seconds)
 
     @register(
-        annotations=ToolAnnotations(title="Request approval", read_only_hint=False, open_world_hint=True),
+        annotations=ToolAnnotations(
+            title="Request approval",
+            read_only_hint=False,
+            destructive_hint=False,
+            idempotent_hint=True,
+            open_world_hint=True,
+        ),
     )
     async def request_approval(
         action: Annotated[
@@ -278,7 +290,9 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         return await asking(ctx, spec, wait_seconds)
 
     @register(
-        annotations=ToolAnnotations(title="Notify the user", read_only_hint=False, open_world_hint=True),
+        annotations=ToolAnnotations(
+            title="Notify the user", read_only_hint=False, destructive_hint=False, open_world_hint=True
+        ),
     )
     async def notify_user(
         message: Annotated[str, Field(min_length=1, max_length=4000, description="What to tell the person.")],
@@ -314,7 +328,11 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
             structured_content=sent.model_dump(mode="json"),
         )
 
-    @register(annotations=ToolAnnotations(title="Wait for a response", read_only_hint=True))
+    @register(
+        annotations=ToolAnnotations(
+            title="Wait for a response", read_only_hint=True, destructive_hint=False, idempotent_hint=True
+        )
+    )
     async def wait_for_response(
         request_id: RequestId,
         ctx: Context,
@@ -325,7 +343,9 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         return await waited(ctx, await mine(ctx, request_id), wait_seconds)
 
     @register(
-        annotations=ToolAnnotations(title="Cancel a request", read_only_hint=False, destructive_hint=False),
+        annotations=ToolAnnotations(
+            title="Cancel a request", read_only_hint=False, destructive_hint=False, idempotent_hint=True
+        ),
     )
     async def cancel_request(
         request_id: RequestId,
