@@ -29,7 +29,11 @@ def add_commands(command: Command, common: Callable[[argparse.ArgumentParser], N
     revoke = verbs.add_parser("revoke", help="revoke a rule: it never fires again")
     revoke.add_argument("id", type=int, help="the rule's id (hitl-mcp rules list)")
     add = verbs.add_parser("add", help="add a rule (see docs/rules.md for what it matches)")
-    add.add_argument("--agent", required=True, help="the agent (client identity) it answers for, or *")
+    add.add_argument(
+        "--agent",
+        required=True,
+        help="the principal it answers for (stdio:claude-code, agent:ci-bot, operator), or *",
+    )
     add.add_argument(
         "--tool", required=True, help="a glob on the tool name (or the approval's title or text)"
     )
