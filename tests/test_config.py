@@ -191,7 +191,7 @@ def test_unknown_top_level_key() -> None:
     e = error("server: {}\nservr:\n  http: {}\n")
     assert str(e) == (
         "hitl.yaml:2: servr: unknown key 'servr';"
-        " valid keys: server, defaults, hosts, channels, people, escalation, delegations"
+        " valid keys: server, defaults, hosts, channels, people, escalation, agents, delegations"
     )
 
 
@@ -613,7 +613,8 @@ def test_modest_aliases_work_and_errors_point_at_the_alias() -> None:
         (
             1,
             "x",
-            "unknown key 'x'; valid keys: server, defaults, hosts, channels, people, escalation, delegations",
+            "unknown key 'x'; valid keys: server, defaults, hosts, channels, people, escalation, agents, "
+            "delegations",
         ),
         (4, "hosts.b", "expected a mapping, got 5"),
     }

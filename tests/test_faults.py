@@ -37,9 +37,9 @@ pytestmark = pytest.mark.anyio
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-async def create_requests(url: str, count: int) -> list[str]:
+async def create_requests(url: str, count: int, token: str = TOKEN) -> list[str]:
     ids: list[str] = []
-    async with Client(bearer(f"{url}/mcp"), mode="legacy") as client:
+    async with Client(bearer(f"{url}/mcp", token), mode="legacy") as client:
 
         async def one(i: int) -> None:
             tool, args = (
@@ -179,7 +179,7 @@ async def test_secrets_never_leave(tmp_path: Path, state_dir: Path) -> None:
     del env["HITL_WEB_TOKEN"]
     url = f"http://127.0.0.1:{port}"
     async with server_process(serve_args(config, "--transport", "http"), env) as server:
-        ids = await create_requests(url, 3)
+        ids = await create_requests(url, 3, secret)
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {secret}"}) as http:
             await http.post(f"{url}/api/requests/{ids[0]}/reply", json={"text": "x", "decision": "approve"})
             answered = await http.post(f"{url}/api/requests/{ids[1]}/reply", json={"text": "ok"})

@@ -32,8 +32,8 @@ SIZES = {
 
 
 async def test_an_agent_that_reconnects_is_one_group(state_dir: Path, browser: Browser) -> None:
-    """Grouped by the client's name and the agent label it asks under (``server.agent``), not by MCP
-    session: each reconnect is a new session."""
+    """Grouped by the client's name and the principal it asks as (over HTTP, its credential; over
+    stdio, ``server.agent``), not by MCP session: each reconnect is a new session."""
     async with inbox_and_page(state_dir, browser) as (inbox, _, page):
         for n in range(3):  # three sessions of the same agent
             async with Client(
@@ -52,9 +52,11 @@ async def test_an_agent_that_reconnects_is_one_group(state_dir: Path, browser: B
         groups = page.locator("section.group")
         await expect(groups).to_have_count(2)
         await expect(
-            page.get_by_role("region", name="From claude-code").locator("article.card")
+            page.get_by_role("region", name="From claude-code (the operator)").locator("article.card")
         ).to_have_count(3)
-        await expect(page.get_by_role("region", name="From cursor").locator("article.card")).to_have_count(1)
+        await expect(
+            page.get_by_role("region", name="From cursor (the operator)").locator("article.card")
+        ).to_have_count(1)
 
     labelled = parse_config(
         f"server: {{agent: release-bot}}\nchannels:\n  web: {{type: web, token: {TOKEN}}}\n",
@@ -66,9 +68,9 @@ async def test_an_agent_that_reconnects_is_one_group(state_dir: Path, browser: B
         try:
             page = await ctx.new_page()
             await page.goto(f"{inbox.url}/login?token={TOKEN}")
-            for n in range(2):
+            for n in range(2):  # over stdio (in process), where server.agent labels the host
                 async with Client(
-                    bearer(f"{inbox.url}/mcp"), client_info=Implementation(name="claude-code", version="1")
+                    inbox.runtime.build_mcp(), client_info=Implementation(name="claude-code", version="1")
                 ) as c:
                     sc(await c.call_tool("ask_user", {"question": f"Release {n}?", "wait_seconds": 0}))
             await page.reload()

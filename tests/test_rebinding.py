@@ -60,7 +60,9 @@ async def test_foreign_host_or_origin_reaches_no_route(tmp_path: Path, state_dir
         ours = [None, f"localhost:{port}"] + ([f"[::1]:{port}"] if ":" in bind else [])
         for host in ours:
             named = {"Host": host} if host else {}
-            r = await http.post("/mcp", json=INITIALIZE, headers={**MCP_HEADERS, **named, "Origin": base})
+            r = await http.post(
+                "/mcp", json=INITIALIZE, headers={**MCP_HEADERS, **named, **bearer, "Origin": base}
+            )
             assert r.status_code == 200, (host, r.text)
             assert (await http.get("/api/requests", headers={**bearer, **named})).status_code == 200
         assert (await http.get("/", headers={"Origin": "null"})).status_code == 401  # past the check: sign in

@@ -71,12 +71,15 @@ async def test_a_rule_made_in_the_inbox_answers_the_next_approval_over_mcp(
     tmp_path: Path, state_dir: Path
 ) -> None:
     port = free_port()
-    config = write_config(tmp_path / "hitl.yaml", port)
+    agent_token = "deploy-agent-token-0123456789"
+    config = write_config(
+        tmp_path / "hitl.yaml", port, f"agents:\n  deploy-agent: {{token: {agent_token}}}\n"
+    )
     base = f"http://127.0.0.1:{port}"
-    info = Implementation(name="deploy-agent", version="1")
+    info = Implementation(name="claude-code", version="1")
     async with server_process(serve_args(config, "--transport", "http"), server_env(state_dir)):
         async with (
-            Client(bearer(f"{base}/mcp"), mode="legacy", client_info=info) as agent,
+            Client(bearer(f"{base}/mcp", agent_token), mode="legacy", client_info=info) as agent,
             httpx2.AsyncClient(base_url=base) as person,
         ):
             first = sc(await agent.call_tool("request_approval", DEPLOY))
@@ -89,7 +92,7 @@ async def test_a_rule_made_in_the_inbox_answers_the_next_approval_over_mcp(
             form_page = (await person.get(f"/requests/{first['request_id']}/remember")).text
             fields = dict(re.findall(r'name="(agent|tool|hours)" value="([^"]*)"', form_page))
             args = re.search(r'name="arguments"[^>]*>([^<]*)</textarea>', form_page)
-            assert args and fields == {"agent": "deploy-agent", "tool": "Deploy v3", "hours": "24"}
+            assert args and fields == {"agent": "agent:deploy-agent", "tool": "Deploy v3", "hours": "24"}
             form = {**fields, "arguments": html.unescape(args.group(1)), "csrf": csrf_of(form_page)}
             r = await person.post(f"/requests/{first['request_id']}/remember", data=form)
             assert r.status_code == 303 and r.headers["location"].startswith("/rules?added=")

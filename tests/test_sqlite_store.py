@@ -137,15 +137,17 @@ async def test_an_older_database_is_upgraded_and_its_requests_get_their_owner(
     await store.open()
     try:
         first, second = await store.get("r1"), await store.get("r2")
-        assert first is not None and first.owner == "claude-code"
-        assert second is not None and second.owner == "(unnamed client)"
+        # owners: the client's name (migration 5), then the stdio host it names (migration 10)
+        assert first is not None and first.owner == "stdio:claude-code"
+        assert second is not None and second.owner == "stdio:(unnamed client)"
         # keys are scoped per owner now
         found, created = await store.create(
-            question("asked by claude-code", id="r3", idempotency_key="key-r1", owner="claude-code"), None
+            question("asked by claude-code", id="r3", idempotency_key="key-r1", owner="stdio:claude-code"),
+            None,
         )
         assert not created and found.id == "r1"
         theirs, created = await store.create(
-            question("asked by cursor", id="r4", idempotency_key="key-r1", owner="cursor"), None
+            question("asked by cursor", id="r4", idempotency_key="key-r1", owner="stdio:cursor"), None
         )
         assert created and theirs.id == "r4"
     finally:

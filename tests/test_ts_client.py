@@ -193,7 +193,11 @@ async def test_ext_tasks_host_form_rides_in_input_required_and_tasks_update(
     assert "input_required" in statuses and statuses[-2] == "completed", statuses
     result = seen["result"]
     assert result["choice"] == "blue" and result["channel"] == "elicitation"
-    assert result["responder"] == "host form (ts-tasks)"
+    # over HTTP the principal the web token proves is named too
+    assert (
+        result["responder"]
+        == {"stdio": "host form (ts-tasks)", "http": "host form (ts-tasks, the operator)"}[transport]
+    )
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])

@@ -185,6 +185,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def print_request(r: Any, detail: dict[str, Any]) -> None:
     """One request whole, for a person at a terminal: every field an agent wrote is shown escaped."""
     from hitl_mcp.models import iso
+    from hitl_mcp.principal import owner_label
     from hitl_mcp.web.views import pretty_json
 
     pad = " " * 10
@@ -195,8 +196,7 @@ def print_request(r: Any, detail: dict[str, Any]) -> None:
     field("id", r.id)
     field("kind", r.kind.value + (f", risk {r.risk}" if r.risk else ""))
     field("status", outcome_words(r))
-    owner = f" (as {one_line(r.owner)})" if r.owner and r.owner != r.client_name else ""
-    field("from", one_line(r.client_name or "?") + owner)
+    field("from", one_line(owner_label(r.owner, r.client_name)))
     field("asked", iso(r.created_at))
     if r.expires_at:
         field("expires", iso(r.expires_at))

@@ -59,7 +59,9 @@ async function connect(kind, negotiation = "auto", { capabilities = clientCapabi
   let transport;
   if (kind === "http") {
     server = await startHttpServer();
-    transport = new StreamableHTTPClientTransport(new URL(server.url));
+    // MCP over HTTP needs a credential: the web token (the operator) here
+    const headers = { Authorization: `Bearer ${env("HITL_WEB_TOKEN")}` };
+    transport = new StreamableHTTPClientTransport(new URL(server.url), { requestInit: { headers } });
   } else {
     transport = new StdioClientTransport({
       command: env("HITL_PYTHON"),
