@@ -177,4 +177,11 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX rules_live ON rules(revoked_at, expires_at);
     """,
+    # 10: what a rule binds besides its tool and arguments (rules.py): the words the person saw
+    # (`shown`, JSON) and the highest risk it approves. NULL in both, as in every rule made before
+    # them, keeps a rule's old, broad meaning: any details, any risk but high
+    """
+    ALTER TABLE rules ADD COLUMN shown TEXT;
+    ALTER TABLE rules ADD COLUMN max_risk TEXT;
+    """,
 ]
