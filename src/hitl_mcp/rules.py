@@ -54,7 +54,7 @@ SHOWN_FIELDS = ("text", "details", "context")
 MAX_PATTERN_DEPTH = 100
 MAX_PATTERN_CHARS = 70_000
 #: agents and tool patterns are at most this long
-MAX_NAME_CHARS = 1000
+MAX_NAME_CHARS = 12_000  # an action is at most 4,000 characters, each escaped at most in 3
 #: the most uses a rule may have; a rule's id is at most this (both engines' 64-bit integers)
 MAX_USES = 1_000_000
 MAX_RULE_ID = 2**63 - 1
@@ -103,16 +103,17 @@ def subject(text: str, title: str | None, payload: Any) -> tuple[str, Any]:
 
 
 def check_name(what: str, text: str) -> str:
-    """An agent or a tool pattern, stripped, if it is printable text; else ``ValueError`` naming it."""
+    """An agent or a tool pattern, stripped, if it is printable text (no control characters, no bidi
+    overrides that would show it as other than it matches, no lone surrogates); else ``ValueError``."""
     if not text.strip():
         raise ValueError(f"the {what} is empty")
     if len(text) > MAX_NAME_CHARS:
-        raise ValueError(f"the {what} is longer than {MAX_NAME_CHARS} characters")
+        raise ValueError(f"the {what} is longer than {MAX_NAME_CHARS:,} characters")
     for char in text:
         point = ord(char)
         if 0xD800 <= point <= 0xDFFF:
             raise ValueError(f"the {what} is not valid text (a lone surrogate, U+{point:04X})")
-        if point < 0x20 or 0x7F <= point < 0xA0:
+        if point < 0x20 or 0x7F <= point < 0xA0 or 0x202A <= point <= 0x202E or 0x2066 <= point <= 0x2069:
             raise ValueError(f"the {what} has a control character (U+{point:04X}); it must be printable")
     return text.strip()
 
@@ -120,7 +121,7 @@ def check_name(what: str, text: str) -> str:
 def load_pattern(text: str) -> Any:
     """An argument pattern written as JSON text; ``ValueError`` saying what is wrong."""
     if len(text) > 4 * MAX_PATTERN_CHARS:
-        raise ValueError(f"the argument pattern is longer than {MAX_PATTERN_CHARS} characters of JSON")
+        raise ValueError(f"the argument pattern is longer than {MAX_PATTERN_CHARS:,} characters of JSON")
     try:
         return check_pattern(json.loads(text))
     except json.JSONDecodeError as exc:
@@ -156,7 +157,7 @@ def check_pattern(pattern: Any) -> Any:
     except (TypeError, ValueError):
         raise ValueError(f"an argument pattern is JSON: {valid}") from None
     if size > MAX_PATTERN_CHARS:
-        raise ValueError(f"the argument pattern is longer than {MAX_PATTERN_CHARS} characters of JSON")
+        raise ValueError(f"the argument pattern is longer than {MAX_PATTERN_CHARS:,} characters of JSON")
     if not isinstance(pattern, dict) or len(pattern) != 1 or next(iter(pattern)) not in ("exact", "match"):
         raise ValueError(f"an argument pattern is {valid}")
     if "match" in pattern:

@@ -82,7 +82,9 @@ async def revoke(http: HttpRequest) -> Response:
     written = http.path_params["id"]
     number = rule_id(written)
     if number is None:  # not an id any rule can have (letters, a sign, 20 digits): no such rule
-        raise Problem(404, f"No rule with id {shown_id(written)}.", title="Not revoked")
+        shown = shown_id(written)
+        message = f"No rule with id {shown}" + ("" if shown.endswith("…") else ".")
+        raise Problem(404, message, title="Not revoked")
     try:
         rule = await broker.revoke_rule(number, WEB_RESPONDER)
     except BrokerError as exc:
