@@ -1493,6 +1493,37 @@ async def test_rules_are_added_listed_live_and_revoked_once_with_audit_rows(engi
     ]
 
 
+async def test_a_rule_keeps_the_words_and_the_risk_it_binds(engine: Engine) -> None:
+    """``shown`` (JSON, None: any) and ``max_risk`` (None: any but high) read back as written, and
+    the ``rule_added`` row says them."""
+    store = engine.store
+    shown = {"text": "Run it", "details": "Also runs: psql -c 'DROP DATABASE prod' ☃", "context": None}
+    bound = await store.add_rule(
+        agent="bot",
+        tool="shell",
+        arguments={"exact": {"cmd": "ls"}},
+        high_risk=False,
+        created_by="alice",
+        expires_at=None,
+        uses_left=None,
+        shown=shown,
+        max_risk="medium",
+        request_id=None,
+    )
+    broad = await store.add_rule(
+        agent="*", tool="*", arguments=None, high_risk=True, created_by="bob", expires_at=None, uses_left=1
+    )
+    assert (bound.shown, bound.max_risk, broad.shown, broad.max_risk) == (shown, "medium", None, None)
+    assert [(r.id, r.shown, r.max_risk) for r in await store.rules(now())] == [
+        (broad.id, None, None),
+        (bound.id, shown, "medium"),
+    ]
+    fired = await store.fire_rule(bound.id, now())
+    assert fired is not None and (fired.shown, fired.max_risk) == (shown, "medium")
+    added = [a.data for a in await store.audit() if a.event == "rule_added"]
+    assert [(d["shown"], d["max_risk"]) for d in added] == [(shown, "medium"), (None, None)]
+
+
 async def test_a_rules_uses_run_out_exactly_across_connections(engine: Engine) -> None:
     other = await engine.connect()
     try:

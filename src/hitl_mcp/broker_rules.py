@@ -18,6 +18,7 @@ saying so, and the agent asks again (a person, this time).
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +30,23 @@ from hitl_mcp.errors import BrokerError
 from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now
 from hitl_mcp.outbox import silent_channels
 from hitl_mcp.outcomes import expiry_outcome
-from hitl_mcp.rules import DEFAULT_HOURS, RULE_CHANNEL, check_pattern, exactly, matches, subject
+from hitl_mcp.rules import (
+    DEFAULT_HOURS,
+    MAX_RULE_ID,
+    MAX_USES,
+    RULE_CHANNEL,
+    check_max_risk,
+    check_name,
+    check_pattern,
+    check_shown,
+    exactly,
+    matches,
+    subject,
+    words,
+)
 from hitl_mcp.store.base import PAUSE_STATE, RuleRow, Store
+
+log = logging.getLogger("hitl_mcp.broker")
 
 
 @dataclass(frozen=True)
@@ -123,27 +139,36 @@ class BrokerRules:
         hours: float | None = None,
         uses: int | None = None,
         high_risk: bool = False,
+        shown: Any = None,
+        max_risk: str | None = None,
         request_id: str | None = None,
     ) -> RuleRow:
         """Keep a rule. With neither ``hours`` nor ``uses`` it lasts ``DEFAULT_HOURS``; raises
-        ``BrokerError`` (the message says what is wrong) on a bad pattern or limit."""
+        ``BrokerError`` (the message says what is wrong) on a bad name, pattern or limit. ``shown``
+        and ``max_risk`` (``rules.py``): None binds neither."""
         if not agent.strip() or not tool.strip():
             raise BrokerError("a rule needs an agent (or *) and a tool pattern")
         try:
+            agent = check_name("agent", agent)
+            tool = check_name("tool pattern", tool)
             arguments = check_pattern(arguments)
+            shown = check_shown(shown)
+            max_risk = check_max_risk(max_risk, high_risk)
         except ValueError as exc:
             raise BrokerError(str(exc)) from None
         if hours is not None and not 0 < hours <= 24 * 366:
             raise BrokerError("a rule's expiry is between a moment and a year, in hours")
-        if uses is not None and not 0 < uses <= 1_000_000:
-            raise BrokerError("a rule's number of uses is a whole number from 1")
+        if uses is not None and not 0 < uses <= MAX_USES:
+            raise BrokerError(f"a rule's number of uses is a whole number from 1 to {MAX_USES:,}")
         if hours is None and uses is None:
             hours = DEFAULT_HOURS
         return await self.store.add_rule(
-            agent=agent.strip(),
-            tool=tool.strip(),
+            agent=agent,
+            tool=tool,
             arguments=arguments,
             high_risk=high_risk,
+            shown=shown,
+            max_risk=max_risk,
             created_by=created_by,
             expires_at=None if hours is None else now() + hours * 3600,
             uses_left=uses,
@@ -156,15 +181,19 @@ class BrokerRules:
         if request.kind != Kind.APPROVAL or not request.approved or request.risk == "high":
             return None
         who = reply.person or reply.responder
-        return await self.add_rule(
-            **exactly(request), created_by=f"{who} via {reply.channel}", request_id=request.id
-        )
+        try:
+            return await self.add_rule(
+                **exactly(request), created_by=f"{who} via {reply.channel}", request_id=request.id
+            )
+        except BrokerError as exc:  # the approval stands; no rule can name this one (see add_rule)
+            log.warning("approved %s but remembered no rule: %s", request.id, exc)
+            return None
 
     async def rules(self, live: bool = False) -> list[RuleRow]:
         return await self.store.rules(now() if live else None)
 
     async def revoke_rule(self, rule_id: int, actor: str) -> RuleRow:
-        rule = await self.store.revoke_rule(rule_id, actor)
+        rule = await self.store.revoke_rule(rule_id, actor) if 0 < rule_id <= MAX_RULE_ID else None
         if rule is None:
             raise BrokerError(f"no rule with id {rule_id}")
         return rule
@@ -182,7 +211,10 @@ class BrokerRules:
             return pause
         at = now()
         tool, arguments = subject(spec.text, spec.title, spec.payload)
-        found = [r for r in await self.store.rules(at) if matches(r, spec.owner, tool, arguments, spec.risk)]
+        said = words(spec.text, spec.details, spec.context)
+        found = [
+            r for r in await self.store.rules(at) if matches(r, spec.owner, tool, arguments, spec.risk, said)
+        ]
         return Remembered(found) if found else None
 
     async def gated(self, request: Request, created: bool, gate: Gate) -> Request:

@@ -27,7 +27,7 @@ def add_commands(command: Command, common: Callable[[argparse.ArgumentParser], N
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.add_argument("--live", action="store_true", help="only rules that can still fire")
     revoke = verbs.add_parser("revoke", help="revoke a rule: it never fires again")
-    revoke.add_argument("id", type=int, help="the rule's id (hitl-mcp rules list)")
+    revoke.add_argument("id", help="the rule's id (hitl-mcp rules list)")
     add = verbs.add_parser("add", help="add a rule (see docs/rules.md for what it matches)")
     add.add_argument(
         "--agent",
@@ -42,8 +42,8 @@ def add_commands(command: Command, common: Callable[[argparse.ArgumentParser], N
         default="null",
         help='the argument pattern, JSON: null, {"exact": ...} or {"match": {...}} (default: null, any)',
     )
-    add.add_argument("--hours", type=float, help="expires after this many hours (default 24 without --uses)")
-    add.add_argument("--uses", type=int, help="fires at most this many times")
+    add.add_argument("--hours", help="expires after this many hours (default 24 without --uses)")
+    add.add_argument("--uses", help="fires at most this many times")
     add.add_argument(
         "--high-risk", action="store_true", help="may also approve risk: high calls (asks to confirm)"
     )
@@ -63,12 +63,16 @@ def add_commands(command: Command, common: Callable[[argparse.ArgumentParser], N
 def cmd_rules(args: argparse.Namespace) -> int:
     from hitl_mcp.errors import BrokerError
     from hitl_mcp.models import now
+    from hitl_mcp.rules import rule_id, shown_id
 
     async def go() -> int:
         async with open_broker(args) as broker:
             try:
                 if args.verb == "revoke":
-                    rule = await broker.revoke_rule(args.id, actor())
+                    number = rule_id(args.id)
+                    if number is None:  # no rule can have it: the same words as an id none has
+                        raise CliError(f"no rule with id {one_line(shown_id(args.id))}")
+                    rule = await broker.revoke_rule(number, actor())
                     print(f"rule {rule.id} revoked (it fired {rule.fired} times)")
                 elif args.verb == "add":
                     rule = await broker.add_rule(**_add_arguments(args), created_by=actor())
@@ -83,10 +87,24 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 
 def _add_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    from hitl_mcp.rules import MAX_USES, load_pattern, whole
+
     try:
-        pattern = json.loads(args.arguments)
-    except json.JSONDecodeError as exc:
-        raise CliError(f"--arguments is not JSON: {exc.msg} at character {exc.pos}") from None
+        pattern = load_pattern(args.arguments)
+    except ValueError as exc:
+        raise CliError(f"--arguments: {exc}") from None
+    try:
+        uses = None if args.uses is None else whole(args.uses, "--uses", MAX_USES)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    hours = None
+    if args.hours is not None:
+        try:
+            hours = float(args.hours) if args.hours.strip().isascii() else None
+        except ValueError:
+            pass
+        if hours is None:
+            raise CliError("--hours is a number of hours, in the digits 0-9")
     if args.high_risk and not args.yes:
         answer = input("This rule may approve high-risk calls without asking anyone. Type yes to confirm: ")
         if answer.strip().lower() != "yes":
@@ -95,15 +113,15 @@ def _add_arguments(args: argparse.Namespace) -> dict[str, Any]:
         "agent": args.agent,
         "tool": args.tool,
         "arguments": pattern,
-        "hours": args.hours,
-        "uses": args.uses,
+        "hours": hours,
+        "uses": uses,
         "high_risk": args.high_risk,
     }
 
 
 def print_rules(rules: list[Any], as_json: bool, at: float) -> None:
     from hitl_mcp.durations import format_duration
-    from hitl_mcp.rules import pattern_words, rule_json, unescape
+    from hitl_mcp.rules import binds_words, pattern_words, rule_json, unescape
 
     if as_json:
         print(json.dumps([rule_json(r, at) for r in rules], indent=2))
@@ -129,6 +147,7 @@ def print_rules(rules: list[Any], as_json: bool, at: float) -> None:
             f"{r.id:>4}  {state:<8} {r.fired:>5}  {', '.join(left) or '-':<14} {one_line(r.agent)[:20]:<20} "
             f"{one_line(what)}"
         )
+        print(f"{'':>6}binds {one_line(binds_words(r))}")
         print(
             f"{'':>6}added by {one_line(r.created_by)}"
             + (f"; revoked by {one_line(r.revoked_by)}" if r.revoked_by else "")

@@ -108,6 +108,8 @@ class RuleRow:
     fired: int
     revoked_at: float | None
     revoked_by: str | None
+    shown: Any = None  # the words it binds (rules.py): {"details": ..., ...}; None: any (older rules)
+    max_risk: str | None = None  # the highest risk it approves; None: any but high (older rules)
 
     def live(self, at: float) -> bool:
         return (
@@ -301,6 +303,8 @@ class Store(Protocol):
         created_by: str,
         expires_at: float | None,
         uses_left: int | None,
+        shown: Any = None,
+        max_risk: str | None = None,
         request_id: str | None = None,
     ) -> RuleRow:
         """Keep a remembered answer, with its ``rule_added`` audit row (on ``request_id``, the request

@@ -177,7 +177,14 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX rules_live ON rules(revoked_at, expires_at);
     """,
-    # 10: a request belongs to the principal a credential proved (principal.py): the owners and rule
+    # 10: what a rule binds besides its tool and arguments (rules.py): the words the person saw
+    # (`shown`, JSON) and the highest risk it approves. NULL in both, as in every rule made before
+    # them, keeps a rule's old, broad meaning: any details, any risk but high
+    """
+    ALTER TABLE rules ADD COLUMN shown TEXT;
+    ALTER TABLE rules ADD COLUMN max_risk TEXT;
+    """,
+    # 11: a request belongs to the principal a credential proved (principal.py): the owners and rule
     # agents written before were stdio clients' names; and the credentials the server issued (agent
     # tokens), kept by their SHA-256, at most one live per kind and name
     """

@@ -1175,6 +1175,8 @@ class PostgresStore:
         created_by: str,
         expires_at: float | None,
         uses_left: int | None,
+        shown: Any = None,
+        max_risk: str | None = None,
         request_id: str | None = None,
     ) -> RuleRow:
         at = now()
@@ -1182,7 +1184,8 @@ class PostgresStore:
         async def work(tx: _Tx) -> RuleRow:
             row = await tx.conn.fetchrow(
                 "INSERT INTO rules (agent, tool, arguments, high_risk, created_by, created_at,"
-                " expires_at, uses_left) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *",
+                " expires_at, uses_left, shown, max_risk) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                " RETURNING *",
                 agent,
                 tool,
                 json.dumps(arguments),
@@ -1191,6 +1194,8 @@ class PostgresStore:
                 at,
                 expires_at,
                 uses_left,
+                None if shown is None else json.dumps(shown),
+                max_risk,
             )
             rule = _rule(row)
             data = {
@@ -1199,6 +1204,8 @@ class PostgresStore:
                 "tool": tool,
                 "arguments": arguments,
                 "high_risk": high_risk,
+                "shown": shown,
+                "max_risk": max_risk,
                 "expires_at": expires_at,
                 "uses_left": uses_left,
             }

@@ -104,7 +104,14 @@ def reply(row: Row) -> ReplyRow:
 
 
 def rule(row: Row) -> RuleRow:
-    return _from_row(RuleRow, row, arguments=json.loads(row["arguments"]), high_risk=_flag(row["high_risk"]))
+    shown = row["shown"]
+    return _from_row(
+        RuleRow,
+        row,
+        arguments=json.loads(row["arguments"]),
+        high_risk=_flag(row["high_risk"]),
+        shown=None if shown is None else json.loads(shown),
+    )
 
 
 def credential(row: Row) -> CredentialRow:

@@ -220,7 +220,14 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX rules_live ON rules(revoked_at, expires_at);
     """,
-    # 10: a request belongs to the principal a credential proved (principal.py): the owners and rule
+    # 10: what a rule binds besides its tool and arguments (rules.py): the words the person saw
+    # (`shown`, JSON) and the highest risk it approves. NULL in both, as in every rule made before
+    # them, keeps a rule's old, broad meaning: any details, any risk but high
+    """
+    ALTER TABLE rules ADD COLUMN shown TEXT;
+    ALTER TABLE rules ADD COLUMN max_risk TEXT;
+    """,
+    # 11: a request belongs to the principal a credential proved (principal.py): the owners and rule
     # agents written before were stdio clients' names; and the credentials the server issued (agent
     # tokens), kept by their SHA-256, at most one live per kind and name
     """
@@ -1151,6 +1158,8 @@ class SqliteStore:
         created_by: str,
         expires_at: float | None,
         uses_left: int | None,
+        shown: Any = None,
+        max_risk: str | None = None,
         request_id: str | None = None,
     ) -> RuleRow:
         at = now()
@@ -1159,7 +1168,8 @@ class SqliteStore:
             with _transaction(db):
                 row = db.execute(
                     "INSERT INTO rules (agent, tool, arguments, high_risk, created_by, created_at,"
-                    " expires_at, uses_left) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
+                    " expires_at, uses_left, shown, max_risk) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " RETURNING *",
                     (
                         agent,
                         tool,
@@ -1169,6 +1179,8 @@ class SqliteStore:
                         at,
                         expires_at,
                         uses_left,
+                        None if shown is None else json.dumps(shown),
+                        max_risk,
                     ),
                 ).fetchone()
                 rule = _rule(row)
@@ -1178,6 +1190,8 @@ class SqliteStore:
                     "tool": tool,
                     "arguments": arguments,
                     "high_risk": high_risk,
+                    "shown": shown,
+                    "max_risk": max_risk,
                     "expires_at": expires_at,
                     "uses_left": uses_left,
                 }

@@ -1,8 +1,10 @@
 """Batch approve: "Approve all N from <agent>" in the inbox, for plain approvals only, with one
 confirmation page.
 
-Plain: a pending approval that is not ``risk: high`` (approvals carry no form and no choices). The
-confirmation lists what will be approved and what is left pending (high risk, approved one by one).
+Plain: a pending approval that is not ``risk: high`` and needs no quorum (approvals carry no form and
+no choices). A quorum vote is one person's considered vote on that request, never one of a batch. The
+confirmation lists what will be approved and what is left pending for the person's own review (high
+risk, and quorum votes), each with why.
 The POST approves exactly the ids the page listed that are still plain and pending, each through the
 broker as the person's own approval (each audited as usual), then appends one ``batch_approved`` row
 listing them.
@@ -26,8 +28,21 @@ BATCH_LIMIT = 200
 
 
 def plain(request: Request) -> bool:
-    """Whether a batch may approve it: a pending approval that is not high risk."""
-    return request.kind == Kind.APPROVAL and request.status == Status.PENDING and request.risk != "high"
+    """Whether a batch may approve it: a pending approval that is not high risk and needs no quorum."""
+    return (
+        request.kind == Kind.APPROVAL
+        and request.status == Status.PENDING
+        and request.risk != "high"
+        and request.approvals is None
+    )
+
+
+def why_left(request: Request) -> str:
+    """Why a batch leaves an approval for the person's own review."""
+    if request.approvals is not None:
+        quorum = request.approvals
+        return f"needs {quorum.required} of {len(quorum.of)} approvals: each vote is cast on its own"
+    return "high risk"
 
 
 async def from_agent(broker: Broker, owner: str) -> list[Request]:
@@ -52,6 +67,7 @@ async def confirm(http: HttpRequest) -> Response:
         agent=approvals[0].client_name or owner,
         chosen=chosen,
         left=[r for r in approvals if r not in chosen],
+        why_left=why_left,
         **await page_context(http, "batch"),
     )
 

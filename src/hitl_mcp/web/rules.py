@@ -17,7 +17,21 @@ from starlette.routing import BaseRoute, Route
 from hitl_mcp.broker import Broker
 from hitl_mcp.errors import BrokerError
 from hitl_mcp.models import Kind, Reply, Request, now
-from hitl_mcp.rules import DEFAULT_HOURS, exactly, pattern_words, rule_json, unescape
+from hitl_mcp.rules import (
+    DEFAULT_HOURS,
+    MAX_USES,
+    RISKS,
+    binds_words,
+    exactly,
+    load_pattern,
+    pattern_words,
+    risk_rank,
+    rule_id,
+    rule_json,
+    shown_id,
+    unescape,
+    whole,
+)
 from hitl_mcp.web import WEB_RESPONDER
 from hitl_mcp.web.deps import page_context, read_post, requires, web
 from hitl_mcp.web.errors import Problem
@@ -40,6 +54,7 @@ async def rules_page(http: HttpRequest) -> Response:
         at=at,
         paused=paused,
         pattern_words=pattern_words,
+        binds_words=binds_words,
         unescape=unescape,
         **await page_context(http, "rules"),
     )
@@ -64,8 +79,14 @@ def _done(http: HttpRequest, message: str, **data: Any) -> Response:
 async def revoke(http: HttpRequest) -> Response:
     await read_post(http, "Not revoked")
     broker = await web(http).broker()
+    written = http.path_params["id"]
+    number = rule_id(written)
+    if number is None:  # not an id any rule can have (letters, a sign, 20 digits): no such rule
+        shown = shown_id(written)
+        message = f"No rule with id {shown}" + ("" if shown.endswith("…") else ".")
+        raise Problem(404, message, title="Not revoked")
     try:
-        rule = await broker.revoke_rule(int(http.path_params["id"]), WEB_RESPONDER)
+        rule = await broker.revoke_rule(number, WEB_RESPONDER)
     except BrokerError as exc:
         raise Problem(404, _sentence(exc), title="Not revoked") from None
     return _done(http, f"Rule {rule.id} revoked.", rule=rule_json(rule, now()))
@@ -108,6 +129,17 @@ def _draft(request: Request) -> dict[str, str]:
         "arguments": json.dumps(rule["arguments"], indent=1, ensure_ascii=False),
         "hours": f"{DEFAULT_HOURS:g}",
         "uses": "",
+        "max_risk": rule["max_risk"],
+    }
+
+
+def _page(request: Request, draft: Mapping[str, str], error: str | None) -> dict[str, Any]:
+    """What ``remember.html`` shows: the form, and the risks a rule from it may go up to."""
+    return {
+        "request": request,
+        "draft": draft,
+        "error": error,
+        "risks": RISKS[risk_rank(request.risk) :],
     }
 
 
@@ -116,11 +148,7 @@ async def remember_form(http: HttpRequest) -> Response:
     broker = await web(http).broker()
     request = await _approval(broker, http.path_params["id"])
     return render(
-        "remember.html",
-        request=request,
-        draft=_draft(request),
-        error=None,
-        **await page_context(http, "remember"),
+        "remember.html", **_page(request, _draft(request), None), **await page_context(http, "remember")
     )
 
 
@@ -133,13 +161,13 @@ async def remember(http: HttpRequest) -> Response:
     broker = await deps.broker()
     request = await _approval(broker, request_id)
     try:
-        fields = _rule_fields(form)
+        fields = _rule_fields(form, request)
         rule = await broker.add_rule(**fields, created_by=WEB_RESPONDER, request_id=request.id)
     except (ValueError, BrokerError) as exc:
         message = str(exc)[:1].upper() + str(exc)[1:]
         if wants_json(http):
             raise Problem(422, message, title="Not remembered") from None
-        page = {"request": request, "draft": {**_draft(request), **form}, "error": message}
+        page = _page(request, {**_draft(request), **form}, message)
         raise Problem(422, message, template="remember.html", context=page, page="remember") from None
     reply = Reply(
         channel=deps.web_channel,
@@ -153,23 +181,31 @@ async def remember(http: HttpRequest) -> Response:
     return RedirectResponse(f"/rules?added={rule.id}", status_code=303)
 
 
-def _rule_fields(form: Mapping[str, str]) -> dict[str, Any]:
-    """The rule the form asks for; ``ValueError`` saying what is wrong."""
-    try:
-        arguments = json.loads(form.get("arguments") or "null")
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"the argument pattern is not JSON: {exc.msg} at character {exc.pos}") from None
+def _rule_fields(form: Mapping[str, str], request: Request) -> dict[str, Any]:
+    """The rule the form asks for; ``ValueError`` saying what is wrong. What the form leaves out is
+    bound as the person saw it: the details and context (unless "any details" is ticked), a risk up
+    to the one shown (unless a higher one is chosen)."""
+    arguments = load_pattern(form.get("arguments") or "null")
     hours = uses = None
     if (form.get("hours") or "").strip():
+        written = form["hours"].strip()
+        if not written.isascii():
+            raise ValueError("the expiry is a number of hours, in the digits 0-9")
         try:
-            hours = float(form["hours"])
+            hours = float(written)
         except ValueError:
             raise ValueError("the expiry is a number of hours") from None
     if (form.get("uses") or "").strip():
-        if not form["uses"].strip().isdigit():
-            raise ValueError("the number of uses is a whole number")
-        uses = int(form["uses"])
-    high_risk = form.get("high_risk") == "yes"
+        uses = whole(form["uses"], "the number of uses", MAX_USES)
+    default = exactly(request)
+    max_risk = form.get("max_risk") or default["max_risk"]
+    if max_risk not in RISKS:
+        raise ValueError(f"the highest risk is one of {', '.join(RISKS)}")
+    if form.get("high_risk") == "yes":  # the form before it had a choice of risk: a box for high
+        max_risk = "high"
+    if risk_rank(max_risk) < risk_rank(request.risk):
+        raise ValueError(f"the highest risk cannot be below this approval's own ({request.risk})")
+    high_risk = max_risk == "high"
     if high_risk and form.get("confirm_high_risk") != "yes":
         raise ValueError("a rule that approves high-risk calls needs its confirmation box ticked too")
     return {
@@ -179,12 +215,14 @@ def _rule_fields(form: Mapping[str, str]) -> dict[str, Any]:
         "hours": hours,
         "uses": uses,
         "high_risk": high_risk,
+        "max_risk": max_risk,
+        "shown": None if form.get("any_details") == "yes" else default["shown"],
     }
 
 
 routes: list[BaseRoute] = [
     Route("/rules", rules_page, methods=["GET"]),
-    Route("/rules/{id:int}/revoke", revoke, methods=["POST"]),
+    Route("/rules/{id}/revoke", revoke, methods=["POST"]),
     Route("/pause", pause, methods=["POST"]),
     Route("/resume", resume, methods=["POST"]),
     Route("/requests/{id}/remember", remember_form, methods=["GET"]),
