@@ -431,3 +431,40 @@ escalation:
     code, said, err = await cli(state_dir, "audit", "verify", **env)
     assert (code, err) == (0, ""), err
     assert said.startswith("audit log intact: ") and "1 requests match it, anchored up to row" in said
+
+    # the channel the step added, dropped from the row behind the log's back
+    step = await drop_channel(state_dir, url, rid, "other")
+    code, said, err = await cli(state_dir, "audit", "verify", **env)
+    assert code == 1, said
+    assert err.splitlines() == [
+        f"request {rid} does not match the audit log: its channels differ from row {step} ('step_sent')"
+    ]
+
+
+async def drop_channel(state_dir: Path, url: str | None, request_id: str, name: str) -> int:
+    """Rewrite the request's channels without ``name``, as someone with the database could; the seq
+    of its ``step_sent`` row."""
+    body_sql = "SELECT body FROM requests WHERE id = ?"
+    step_sql = "SELECT seq FROM audit WHERE request_id = ? AND event = 'step_sent'"
+    update_sql = "UPDATE requests SET body = ? WHERE id = ?"
+    if url is None:
+        conn = sqlite3.connect(state_dir / "hitl.sqlite3", isolation_level=None)
+        try:
+            body = json.loads(conn.execute(body_sql, (request_id,)).fetchone()[0])
+            body["channels"].remove(name)
+            conn.execute(update_sql, (json.dumps(body), request_id))
+            return int(conn.execute(step_sql, (request_id,)).fetchone()[0])
+        finally:
+            conn.close()
+    import asyncpg
+
+    pg = await asyncpg.connect(url)
+    try:
+        body = json.loads(await pg.fetchval(body_sql.replace("?", "$1"), request_id))
+        body["channels"].remove(name)
+        await pg.execute(
+            update_sql.replace("= ?", "= $1", 1).replace("= ?", "= $2"), json.dumps(body), request_id
+        )
+        return int(await pg.fetchval(step_sql.replace("?", "$1"), request_id))
+    finally:
+        await pg.close()

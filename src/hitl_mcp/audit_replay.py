@@ -61,13 +61,11 @@ OUTCOME = ("answer", "choice", "approved", "comment", "responder", "channel", "p
 
 
 class _Unreadable:
-    """A value the trail holds but that cannot be made into the row's (a vote with no decision): it
-    equals nothing, so the field is reported."""
+    """A value that cannot be made into what it stands for (a vote with no decision in the trail, a
+    payload that cannot be hashed in the row): it equals nothing, so the field is reported."""
 
     def __eq__(self, other: object) -> bool:
         return False
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass
@@ -84,30 +82,28 @@ class Replayed:
             self.values[name] = value
             self.set_by[name] = row
 
-    @property
-    def pending(self) -> bool:
-        return self.values["status"] == Status.PENDING.value and not self.settles
-
 
 def replay(rows: Iterable[AuditRow]) -> dict[str, Replayed]:
     """Every request the trail created, as its rows (in ``seq`` order) say its row must now be."""
     found: dict[str, Replayed] = {}
+    pending: dict[str, Replayed] = {}  # what a resume pushes back: pending then, with a deadline
     for row in rows:
         if row.request_id is None:
             if row.event == "resumed":
-                for request in found.values():
-                    if request.pending and request.values["expires_at"] is not None:
-                        pushed = request.values["expires_at"] + row.data.get("pushed_seconds", 0)
-                        request.set(row, expires_at=pushed)
+                for waiting in pending.values():
+                    if waiting.values["expires_at"] is not None:
+                        pushed = waiting.values["expires_at"] + row.data.get("pushed_seconds", 0)
+                        waiting.set(row, expires_at=pushed)
             continue
         if row.event == "created":
             if row.request_id not in found:
                 found[row.request_id] = _created(row)
+                if found[row.request_id].values["status"] == Status.PENDING.value:
+                    pending[row.request_id] = found[row.request_id]
             continue
-        known = found.get(row.request_id)
-        if known is None:
+        request = found.get(row.request_id)
+        if request is None:
             continue
-        request = known
         if row.event == "step_sent":
             if row.data.get("action") != REMIND_STEP:
                 have = request.values["channels"]
@@ -119,6 +115,7 @@ def replay(rows: Iterable[AuditRow]) -> dict[str, Replayed]:
         elif row.event in SETTLING_EVENTS:
             if not request.settles:
                 _settle(request, row)
+                pending.pop(row.request_id, None)
             request.settles.append(row)
     return found
 
@@ -184,6 +181,13 @@ def _vote(row: AuditRow, decision: Any, request: Replayed) -> Vote | _Unreadable
         return _Unreadable()
 
 
+def _hash(payload: Any) -> str | _Unreadable | None:
+    try:
+        return payload_sha256(payload)
+    except ValueError:  # text no encoding can write (a lone surrogate): not what anyone approved
+        return _Unreadable()
+
+
 def departure(request: Request, replayed: Replayed) -> str:
     """How the request's row departs from its replayed trail, naming the row that set the field it
     departs on; "" when it does not."""
@@ -195,7 +199,7 @@ def departure(request: Request, replayed: Replayed) -> str:
         if name == "payload":
             if request.kind != Kind.APPROVAL:
                 continue
-            have: Any = payload_sha256(request.payload)
+            have: Any = _hash(request.payload)
         else:
             have = getattr(request, name)
             have = have.value if isinstance(have, Enum) else have
