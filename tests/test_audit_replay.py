@@ -468,3 +468,57 @@ async def drop_channel(state_dir: Path, url: str | None, request_id: str, name: 
         return int(await pg.fetchval(step_sql.replace("?", "$1"), request_id))
     finally:
         await pg.close()
+
+
+# --- verify beside a running server --------------------------------------------------------------
+
+
+class WrittenMeanwhile:
+    """The store as ``audit verify`` reads it, with a server's writes landing the first time the
+    requests are read: after the audit rows were read, in the order verify used to read them."""
+
+    def __init__(self, store: Engine, write: Callable[[], Awaitable[None]], every: bool = False) -> None:
+        self.store = store
+        self.write: Callable[[], Awaitable[None]] | None = write
+        self.every = every
+        """Each time they are read, not only the first."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def all_requests(self) -> list[Request]:
+        if self.write is not None:
+            write = self.write
+            self.write = write if self.every else None
+            await write()
+        return await self.store.all_requests()
+
+
+async def test_a_write_while_verify_reads_is_no_departure(
+    db: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hitl_mcp.cli_audit import audit_verify
+
+    async with channel_broker(tmp_path, channel("push"), also=[channel("mail")], store=db.store) as broker:
+        use(broker, {"after": "1m", "notify": ["mail"]})
+        first, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Which region?"))
+
+        async def meanwhile() -> None:  # a request asked, and a step sent on another
+            await broker.ask(AskSpec(kind=Kind.QUESTION, text="Lunch?"))
+            assert [s.channels for s in await broker.store.run_due_steps(first.created_at + 60)] == [["mail"]]
+
+        code = await audit_verify(WrittenMeanwhile(db.store, meanwhile), tmp_path / "audit.anchor")  # type: ignore[arg-type]
+        out, err = capsys.readouterr()
+        assert (code, err) == (0, ""), err
+        assert "2 requests match it" in out
+
+        async def asking() -> None:
+            await broker.ask(AskSpec(kind=Kind.QUESTION, text="Again?"))
+
+        # a server that never stops writing: said so, not called tampering
+        code = await audit_verify(WrittenMeanwhile(db.store, asking, every=True), tmp_path / "audit.anchor")  # type: ignore[arg-type]
+        out, err = capsys.readouterr()
+        assert code == 1 and err.splitlines() == [
+            "the requests changed each of the 5 times they were read (a busy server): "
+            "not compared with the audit log; run audit verify again"
+        ]
