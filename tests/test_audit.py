@@ -1,7 +1,9 @@
-"""The audit chain as every engine hashes and checks it (``audit.row_hash``, ``audit.verify``).
+"""The audit chain as every engine hashes and checks it (``audit.row_hash``, ``audit.verify``), and
+the requests table checked against it (``audit.check_requests``).
 
 The store contract (test_store_contract.py) checks that an engine writes a chain that verifies; this
 file checks what verifying means: which edits break the chain, and where it says they do.
+test_audit_replay.py checks the requests against the trails the broker really writes.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from hitl_mcp.audit import GENESIS, AuditRow, row_hash, verify
+from hitl_mcp.audit import GENESIS, AuditRow, check_requests, row_hash, verify
+from hitl_mcp.models import Kind, Request, Status, payload_sha256
 
 
 def chain(
@@ -135,3 +138,100 @@ def test_a_deleted_row_is_caught_where_it_is_missing() -> None:
 def test_rows_out_of_order_do_not_verify() -> None:
     verdict = verify([TRAIL[1], TRAIL[0]])
     assert not verdict.ok and verdict.bad_seq == 2
+
+
+# --- the requests table against the chain (``check_requests``, replaying ``audit_replay``) -------------
+
+
+def asked(request_id: str, at: float, expires_at: float | None, **settled: Any) -> Request:
+    """A question's row as the store holds it: created at ``at``, on the inbox."""
+    return Request(
+        id=request_id,
+        kind=Kind.QUESTION,
+        text="Lunch?",
+        channels=["web"],
+        created_at=at,
+        expires_at=expires_at,
+        **settled,
+    )
+
+
+def created(request_id: str, expires_at: float) -> tuple[str, str, str, dict[str, Any]]:
+    data = {"kind": "question", "text": "Lunch?", "channels": ["web"], "payload_sha256": None}
+    return (request_id, "created", "claude-code", {**data, "expires_at": expires_at})
+
+
+def test_a_resume_pushes_back_only_the_deadlines_of_requests_pending_then() -> None:
+    rows = chain(
+        created("early", 5000.0),  # settled before the resume: its deadline stays
+        created("waiting", 6000.0),  # pending through both resumes: pushed by each
+        ("early", "expired", "expiry", {"answer": None}),
+        (None, "resumed", "bob", {"pushed_seconds": 30.5, "requests": 1}),
+        created("late", 7000.0),  # asked after the first resume: pushed by the second only
+        (None, "resumed", "bob", {"pushed_seconds": 4.0, "requests": 2}),
+    )
+    at = {row.request_id: row.at for row in rows if row.event == "created"}
+    requests = [
+        asked("early", at["early"], 5000.0, status=Status.EXPIRED, closed_at=rows[2].at),
+        asked("waiting", at["waiting"], 6034.5),
+        asked("late", at["late"], 7004.0),
+    ]
+    assert check_requests(requests, rows) == []
+    pushed = [r.model_copy(update={"expires_at": 5030.5}) if r.id == "early" else r for r in requests]
+    assert check_requests(pushed, rows) == [
+        "request early does not match the audit log: its expires_at differs from row 1 ('created')"
+    ]
+    once = [r.model_copy(update={"expires_at": 6030.5}) if r.id == "waiting" else r for r in requests]
+    assert check_requests(once, rows) == [
+        "request waiting does not match the audit log: its expires_at differs from row 6 ('resumed')"
+    ]
+
+
+def test_a_request_settled_twice_never_created_or_gone_from_the_table_is_reported() -> None:
+    rows = chain(
+        created("twice", 9000.0),
+        ("twice", "answered", "alice", {"channel": "web", "answer": "soup"}),
+        ("twice", "cancelled", "agent", {}),
+        created("gone", 9000.0),
+        ("orphan", "answered", "alice", {"channel": "web", "answer": "pie"}),
+    )
+    requests = [
+        asked("twice", rows[0].at, 9000.0, status=Status.ANSWERED, answer="soup", closed_at=rows[1].at),
+        asked("orphan", rows[0].at, 9000.0),
+    ]
+    assert check_requests(requests, rows) == [
+        "request twice does not match the audit log: it settled more than once (rows 2, 3)",
+        "request orphan does not match the audit log: it has no 'created' row",
+        "request gone is in the audit log (row 4) but not in the database",
+    ]
+    assert check_requests(requests, rows, limit=1) == [
+        "request twice does not match the audit log: it settled more than once (rows 2, 3)",
+        "... and 2 more requests that do not match",
+    ]
+
+
+def test_an_approval_s_payload_is_checked_against_its_hash_even_when_it_cannot_be_hashed() -> None:
+    payload = {"command": "terraform apply"}
+    rows = chain(
+        (
+            "a1",
+            "created",
+            "claude-code",
+            {"kind": "approval", "text": "Apply", "channels": [], "payload_sha256": payload_sha256(payload)},
+        )
+    )
+    row = Request(
+        id="a1",
+        kind=Kind.APPROVAL,
+        text="Apply",
+        payload=payload,
+        payload_sha256=payload_sha256(payload),
+        created_at=rows[0].at,
+    )
+    assert check_requests([row], rows) == []
+    # rewritten, its hash left as it was; then to text no encoding can write (verify must not crash)
+    for other in ({"command": "terraform destroy"}, {"command": "\ud800"}):
+        changed = row.model_copy(update={"payload": other})
+        assert check_requests([changed], rows) == [
+            "request a1 does not match the audit log: its payload differs from row 1 ('created')"
+        ]

@@ -8,20 +8,29 @@ from pathlib import Path
 
 from hitl_mcp.anchor import Anchor, check_anchors, last_line, read_anchors
 from hitl_mcp.audit import SETTLING_EVENTS, check_requests, verify
-from hitl_mcp.models import iso
+from hitl_mcp.models import Request, iso
 from hitl_mcp.store.base import History
 from hitl_mcp.terminal import visible
+
+#: how many times the requests are read again when the chain moved while they were read
+READS = 5
 
 
 async def audit_verify(history: History, anchor_file: Path) -> int:
     """Print one line per problem found (stderr), or one line saying what was checked; 1 on a problem."""
+    requests, upto = await _requests_at_one_point(history)
     rows = await history.audit()
-    requests = await history.all_requests()
     problems: list[str] = []
     chain = verify(rows)
     if not chain.ok:
         problems.append(f"audit log BROKEN at row {chain.bad_seq}: {chain.reason}")
-    problems += check_requests(requests, rows)
+    if upto is None:
+        problems.append(
+            f"the requests changed each of the {READS} times they were read (a busy server): "
+            "not compared with the audit log; run audit verify again"
+        )
+    else:  # the rows a server wrote since the requests were read are not in what was read
+        problems += check_requests(requests, [row for row in rows if row.seq <= upto])
     anchors, unreadable = _anchors(anchor_file)
     problems += unreadable
     if anchors:
@@ -59,6 +68,21 @@ async def audit_head(history: History, anchor_file: Path) -> int:
     a = anchors[0]
     print(f"anchor:   row {a.seq} {a.hash} at {iso(a.at)} (last line of {anchor_file})")
     return 0
+
+
+async def _requests_at_one_point(history: History) -> tuple[list[Request], int | None]:
+    """The requests as the chain stood at one row, and that row's seq (None: they kept changing).
+
+    A running server may write between two reads. Every write to a request appends its audit row in
+    the same transaction, in the chain's order, so when the chain's head is the same before and after
+    the requests are read, they are exactly what the rows up to it made them."""
+    requests: list[Request] = []
+    for _ in range(READS):
+        before = await history.audit_head()
+        requests = await history.all_requests()
+        if await history.audit_head() == before:
+            return requests, before[0] if before else 0
+    return requests, None
 
 
 def _anchors(path: Path) -> tuple[list[Anchor], list[str]]:

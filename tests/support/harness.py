@@ -1,5 +1,6 @@
-"""A real broker and SQLite store with channels wired in, as the runtime wires them: what a channel
-suite drives. ``async with channel_broker(tmp_path, lambda hub: MyChannel("x", cfg, hub)) as b``."""
+"""A real broker and store (SQLite, unless given another) with channels wired in, as the runtime wires
+them: what a channel suite drives. ``async with channel_broker(tmp_path, lambda hub: MyChannel("x", cfg,
+hub)) as b``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import anyio
 from hitl_mcp.broker import AskDefaults, Broker
 from hitl_mcp.channels.base import Channel, Hub
 from hitl_mcp.models import Kind
-from hitl_mcp.store.base import DeliveryRow
+from hitl_mcp.store.base import DeliveryRow, Engine
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.support.events import Changes, until
 
@@ -28,13 +29,17 @@ async def channel_broker(
     lifetime: float = 3600,
     db: Path | None = None,
     also: Sequence[ChannelFactory] = (),
+    store: Engine | None = None,
 ) -> AsyncIterator[Broker]:
     """The broker (running: outbox, expiries, change feed) with each factory's channel, started when
     ``start``; every kind goes to every channel by default. ``db`` reuses a store across a restart.
     ``also``'s channels (the web inbox, say) are wired in too, but never started and asked only by
-    name: they are in no default."""
-    store = SqliteStore(db or tmp_path / "hitl.sqlite3")
-    await store.open()
+    name: they are in no default. ``store``: an open store of any engine to use instead of SQLite in
+    ``tmp_path`` (its opener closes it)."""
+    owned = store is None
+    if store is None:
+        store = SqliteStore(db or tmp_path / "hitl.sqlite3")
+        await store.open()
     broker = Broker(
         store,
         {},
@@ -62,7 +67,8 @@ async def channel_broker(
     finally:
         for channel in reversed(started):
             await channel.close()
-        await store.close()
+        if owned:
+            await store.close()
 
 
 @contextlib.contextmanager
