@@ -23,7 +23,8 @@ from hitl_mcp.channels.base import Channel
 from hitl_mcp.config import Config
 from hitl_mcp.host_window import Linking
 from hitl_mcp.models import Kind
-from hitl_mcp.server import Settings, build_server
+from hitl_mcp.server import build_server
+from hitl_mcp.tool_settings import Settings
 from hitl_mcp.web.auth import TokenFileUnsafe, WebAuth, configured_web_auth
 from hitl_mcp.web.links import RequestLinks
 

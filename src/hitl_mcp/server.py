@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools.base import Tool
@@ -29,13 +27,11 @@ from hitl_mcp.asks import AskSpec
 from hitl_mcp.call_context import Unauthenticated, client_name, form_state, principal_of, session_key
 from hitl_mcp.errors import BrokerError
 from hitl_mcp.host_forms import HostForms
-from hitl_mcp.host_window import Linking
-from hitl_mcp.hosts import host_budget
 from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json
 from hitl_mcp.results import describe_notification, format_duration, to_outcome, tool_result
 from hitl_mcp.state_key import STATE_KEY_FILE as STATE_KEY_FILE  # re-exported
 from hitl_mcp.state_key import request_state_keys
-from hitl_mcp.tasks import TasksExtension, answering_as_task
+from hitl_mcp.tasks import TasksExtension
 from hitl_mcp.tool_args import (
     Approvals,
     ChannelList,
@@ -45,6 +41,7 @@ from hitl_mcp.tool_args import (
     TimeoutSeconds,
     WaitSeconds,
 )
+from hitl_mcp.tool_settings import Settings, call_budget, sealed_for
 
 if TYPE_CHECKING:  # the broker and the store load with the first tool call (or, over stdio, a second
     # after the start): the tools' bodies import what they use of them
@@ -66,38 +63,6 @@ Waited = OutcomeResult | InputRequiredResult
 
 #: how long a sealed round-trip state stays valid: longer than any request lives (30 days at most)
 REQUEST_STATE_TTL = 31 * 86400.0
-
-
-class Settings:
-    """What the tools need besides the broker."""
-
-    def __init__(
-        self,
-        heartbeat_seconds: float = 10.0,
-        max_block_seconds: float | None = None,
-        host_overrides: dict[str, float] | None = None,
-        state_dir: Path | None = None,
-        linking: Linking | None = None,
-        agent: str | None = None,
-        request_state_key: str | None = None,
-    ) -> None:
-        self.heartbeat_seconds = heartbeat_seconds
-        self.max_block_seconds = max_block_seconds
-        self.host_overrides = host_overrides or {}
-        self.state_dir = state_dir
-        """Where the request-state key is kept; None: a key that dies with the process."""
-        self.request_state_key = request_state_key
-        """``server.request_state_key``: the key ring every replica shares (``state_key.py``)."""
-        self.linking = linking
-        """Where links to the inbox point (URL-mode elicitation); None: no links."""
-        self.agent = agent
-        """``server.agent``: over stdio, a label that with the client's name tells hosts apart."""
-
-    @property
-    def task_poll_ms(self) -> int:
-        """How often a host should poll a task: as often as the heartbeat, at most every 2 s (a reply
-        then shows within 2 s; a ``tasks/get`` reads one row)."""
-        return int(min(max(self.heartbeat_seconds, 0.25), 2.0) * 1000)
 
 
 def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings) -> MCPServer:
@@ -376,28 +341,6 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         extensions=[tasks],
         middleware=[tasks.core],
     )
-
-
-def sealed_for(ctx: ServerRequestContext[Any, Any]) -> str | None:
-    """Whom a 2026-07-28 round trip's sealed state is bound to: over HTTP, the principal the credential
-    check proved (a state sealed for one agent is refused from another); over stdio, nobody (one host)."""
-    return principal_of(ctx).owner if ctx.request is not None else None
-
-
-def call_budget(ctx: Context, settings: Settings, wait_seconds: float | None) -> float:
-    """How long this call may block: the host's budget, capped by config and the caller; nothing at
-    all for a call answered with a task (``tasks/``), which the host polls instead."""
-    if answering_as_task():
-        return 0.0
-    params = ctx.request_context.params or {}
-    meta = params.get("_meta")
-    token = isinstance(meta, dict) and meta.get("progressToken") is not None
-    budget = host_budget(client_name(ctx), settings.host_overrides, progress_token=token)
-    if settings.max_block_seconds is not None:
-        budget = min(budget, settings.max_block_seconds)
-    if wait_seconds is not None:
-        budget = min(budget, wait_seconds)
-    return budget
 
 
 def _json_size(payload: Any) -> str:

@@ -27,7 +27,8 @@ SCHEMAS = _load()
 def computed() -> dict[str, dict[str, Any]]:
     """The schemas from the tools as they are (each built, as without the file)."""
     from hitl_mcp import tool_args
-    from hitl_mcp.server import Settings, build_server
+    from hitl_mcp.server import build_server
+    from hitl_mcp.tool_settings import Settings
 
     async def no_broker() -> Any:
         raise AssertionError("not called")

@@ -50,8 +50,8 @@ from hitl_mcp.gate.policy import Decision, Policy
 from hitl_mcp.gate.upstream import Upstream, UpstreamError
 from hitl_mcp.models import Kind, Request, Status, payload_sha256
 from hitl_mcp.results import format_duration
-from hitl_mcp.server import Settings, call_budget
 from hitl_mcp.store.base import StoreError
+from hitl_mcp.tool_settings import Settings, call_budget
 
 log = logging.getLogger("hitl_mcp.gate")
 

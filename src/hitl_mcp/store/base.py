@@ -12,128 +12,42 @@ from __future__ import annotations
 
 import builtins  # for builtins.list: below a class's list method, `list` names the method
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hitl_mcp.audit import AuditRow
 from hitl_mcp.models import Reply, Request, Settled, Status
+from hitl_mcp.store.records import (
+    Change,
+    CredentialRow,
+    DeliveryRow,
+    KeyConflict,
+    PlannedStep,
+    ReplyRow,
+    RuleRow,
+    StepRow,
+    StoreError,
+)
+
+__all__ = [
+    "PAUSE_STATE",
+    "Change",
+    "CredentialRow",
+    "DeliveryRow",
+    "Engine",
+    "History",
+    "KeyConflict",
+    "Lease",
+    "PlannedStep",
+    "ReplyRow",
+    "RuleRow",
+    "StepRow",
+    "Store",
+    "StoreError",
+]
 
 #: where the kill switch's pause lives in the state (``_hitl``: a name no channel may have, channel
 #: names are words); the broker sets it with ``swap_state`` and ends it with ``resume_pause``
 PAUSE_STATE = ("_hitl", "paused")
-
-
-class StoreError(Exception):
-    """The database cannot do the work; the message says why in words for the agent and the log
-    (e.g. "the server cannot record requests: disk full")."""
-
-
-class KeyConflict(Exception):
-    """An idempotency key the same client already used for a request that asked something else."""
-
-
-@dataclass(frozen=True)
-class DeliveryRow:
-    id: int
-    request_id: str
-    channel: str
-    action: str  # "deliver" | "retract" | "remind#<step number>"
-    status: str  # "queued" | "sending" | "sent" | "failed" | "skipped"
-    attempts: int
-    ref: str | None
-    detail: dict[str, Any]
-    error: str | None
-    created_at: float
-    updated_at: float
-
-
-@dataclass(frozen=True)
-class PlannedStep:
-    """An escalation step as the broker plans it at ask time: the store schedules it with the request."""
-
-    number: int
-    due_at: float
-    action: str  # "notify" | "remind"
-    channels: list[str]  # for "notify": where to send the request too
-    label: str  # for the trail: "notify email", "remind", "notify backup"
-
-
-@dataclass(frozen=True)
-class StepRow:
-    id: int
-    request_id: str
-    number: int
-    due_at: float
-    action: str
-    channels: list[str]  # once done: the channels it queued sends (or reminders) on
-    label: str
-    status: str  # "scheduled" | "done" | "cancelled"
-    done_at: float | None
-
-
-@dataclass(frozen=True)
-class ReplyRow:
-    id: int
-    request_id: str
-    channel: str
-    responder: str
-    text: str | None
-    choice: str | None
-    decision: str | None
-    comment: str | None
-    received_at: float
-    won: bool
-    """Whether it settled the request (or, for a quorum, counted as a vote)."""
-    reason: str | None
-    person: str | None = None
-    on_behalf_of: str | None = None
-    payload_sha256: str | None = None
-
-
-@dataclass(frozen=True)
-class RuleRow:
-    """A remembered answer (``rules.py`` says what it matches): it approves, without asking, the
-    approvals of ``agent`` for ``tool`` whose arguments fit ``arguments``, until it expires, runs out
-    of uses or is revoked."""
-
-    id: int
-    agent: str
-    tool: str
-    arguments: Any  # the argument pattern (JSON); None: any arguments
-    high_risk: bool  # may it approve a `risk: high` call
-    created_by: str
-    created_at: float
-    expires_at: float | None
-    uses_left: int | None
-    fired: int
-    revoked_at: float | None
-    revoked_by: str | None
-    shown: Any = None  # the words it binds (rules.py): {"details": ..., ...}; None: any (older rules)
-    max_risk: str | None = None  # the highest risk it approves; None: any but high (older rules)
-
-    def live(self, at: float) -> bool:
-        return (
-            self.revoked_at is None
-            and (self.expires_at is None or self.expires_at > at)
-            and (self.uses_left is None or self.uses_left > 0)
-        )
-
-
-@dataclass(frozen=True)
-class CredentialRow:
-    """A bearer secret the server issued, kept by its SHA-256 only (``digest``): an agent token
-    (``kind`` "agent"), and the other kinds of credential that come to be. At most one live
-    credential per kind and name."""
-
-    id: int
-    kind: str
-    name: str
-    digest: str
-    data: dict[str, Any]  # what the kind keeps beside it: never the secret
-    created_by: str
-    created_at: float
-    revoked_at: float | None
-    revoked_by: str | None
 
 
 class Lease(Protocol):
@@ -144,13 +58,6 @@ class Lease(Protocol):
         ...
 
     async def release(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Change:
-    seq: int
-    request_id: str | None
-    event: str
 
 
 class Store(Protocol):
