@@ -91,7 +91,7 @@ screenshots: $(TEST_STAMP)
 # against the fast in-process tests of [tool.mutmut] in pyproject.toml, then the table and the verdict
 # (scripts/mutation_report.py). One module: make mutation MUTATION_MODULES=outbox
 .PHONY: mutation
-MUTATION_MODULES ?= results audit hosts outbox retry broker outcomes store
+MUTATION_MODULES ?= core.results core.audit mcp.hosts broker.outbox core.retry broker.broker core.outcomes store
 MUTATION_CHILDREN ?= 2
 MUTATION_STAMP := $(VENV)/.installed-mutation-$(HASH)
 

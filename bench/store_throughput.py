@@ -18,7 +18,7 @@ from pathlib import Path
 
 import anyio
 
-from hitl_mcp.models import Kind, Reply, Request, now
+from hitl_mcp.core.models import Kind, Reply, Request, now
 from hitl_mcp.store.sqlite import SqliteStore
 
 GOAL_PER_SECOND = 1000

@@ -89,7 +89,9 @@ def main() -> None:
     run(mcpb, "unpack", bundle, check)
     print(run(mcpb, "validate", check / "manifest.json").strip())
     missing = [
-        p for p in ("server/main.py", "pyproject.toml", "src/hitl_mcp/cli.py") if not (check / p).is_file()
+        p
+        for p in ("server/main.py", "pyproject.toml", "src/hitl_mcp/cli/main.py")
+        if not (check / p).is_file()
     ]
     if missing:
         sys.exit(f"scripts/mcpb.py: the packed bundle lacks {', '.join(missing)}")

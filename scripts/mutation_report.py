@@ -28,12 +28,12 @@ EQUIVALENTS = ROOT / "scripts" / "mutation_equivalents.toml"
 
 #: the modules of the issue, and the files each covers
 MODULES: dict[str, list[str]] = {
-    "broker": ["src/hitl_mcp/broker.py", "src/hitl_mcp/outcomes.py"],
-    "results": ["src/hitl_mcp/results.py"],
-    "audit": ["src/hitl_mcp/audit.py"],
-    "outbox": ["src/hitl_mcp/outbox.py", "src/hitl_mcp/retry.py"],
-    "hosts": ["src/hitl_mcp/hosts.py"],
-    "store": ["src/hitl_mcp/store/sqlite.py", "src/hitl_mcp/store/base.py"],
+    "broker": ["src/hitl_mcp/broker/broker.py", "src/hitl_mcp/core/outcomes.py"],
+    "results": ["src/hitl_mcp/core/results.py"],
+    "audit": ["src/hitl_mcp/core/audit.py"],
+    "outbox": ["src/hitl_mcp/broker/outbox.py", "src/hitl_mcp/core/retry.py"],
+    "hosts": ["src/hitl_mcp/mcp/hosts.py"],
+    "store": ["src/hitl_mcp/store/sqlite.py", "src/hitl_mcp/core/store.py"],
 }
 
 #: a failing test, pytest's internal error, a timeout, or a test process that crashed (SIGSEGV, SIGABRT:

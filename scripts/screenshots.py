@@ -23,7 +23,7 @@ from playwright.async_api import Page, async_playwright, expect
 
 from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.config import parse_config
-from hitl_mcp.models import Kind, Reply
+from hitl_mcp.core.models import Kind, Reply
 from hitl_mcp.runtime import Runtime
 from hitl_mcp.serving import HttpServer, bind
 

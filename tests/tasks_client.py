@@ -15,7 +15,7 @@ from mcp.client.session import ClientSession
 from mcp_types import CallToolResult, Request, Result
 from pydantic import ConfigDict
 
-from hitl_mcp.tasks.wire import EXTENSION, CreateTaskResult, TaskIdParams, UpdateTaskParams
+from hitl_mcp.mcp.tasks.wire import EXTENSION, CreateTaskResult, TaskIdParams, UpdateTaskParams
 
 
 class GetTask(Request[TaskIdParams, Literal["tasks/get"]]):

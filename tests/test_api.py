@@ -8,7 +8,7 @@ import httpx2
 import pytest
 
 from hitl_mcp.broker import AskSpec
-from hitl_mcp.models import Kind, Status
+from hitl_mcp.core.models import Kind, Status
 from tests.conftest import TOKEN, api_client, running
 
 pytestmark = pytest.mark.anyio

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from hitl_mcp.audit import GENESIS, AuditRow, check_requests, row_hash, verify
-from hitl_mcp.models import Kind, Request, Status, payload_sha256
+from hitl_mcp.core.audit import GENESIS, AuditRow, row_hash, verify
+from hitl_mcp.core.audit_replay import check_requests
+from hitl_mcp.core.models import Kind, Request, Status, payload_sha256
 
 
 def chain(

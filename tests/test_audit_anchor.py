@@ -22,8 +22,8 @@ import anyio.to_thread
 import pytest
 from mcp import Client
 
-from hitl_mcp.anchor import POST_TIMEOUT
-from hitl_mcp.audit import row_hash
+from hitl_mcp.core.audit import row_hash
+from hitl_mcp.store.anchor import POST_TIMEOUT
 from tests.conftest import api_client, cli, make_config, running, sc
 
 pytestmark = pytest.mark.anyio

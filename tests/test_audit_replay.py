@@ -26,19 +26,20 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from hitl_mcp import broker as broker_module
-from hitl_mcp import delegation
-from hitl_mcp import outbox as outbox_module
-from hitl_mcp.audit import AuditRow, check_requests, verify
 from hitl_mcp.broker import AskSpec, Broker
+from hitl_mcp.broker import broker as broker_module
+from hitl_mcp.broker import outbox as outbox_module
 from hitl_mcp.channels.testing import TestChannel
-from hitl_mcp.config.escalation import LadderConfig
-from hitl_mcp.delegation import Delegation
-from hitl_mcp.escalation import Policy
-from hitl_mcp.models import Kind, Request, Status, now
-from hitl_mcp.quorum import Quorum, votes_json
-from hitl_mcp.store.base import Engine
-from hitl_mcp.store.rows import BODY_FIELDS
+from hitl_mcp.core import delegation
+from hitl_mcp.core.audit import AuditRow, verify
+from hitl_mcp.core.audit_replay import check_requests
+from hitl_mcp.core.delegation import Delegation
+from hitl_mcp.core.escalation import Policy
+from hitl_mcp.core.ladders import LadderConfig
+from hitl_mcp.core.models import Kind, Request, Status, now
+from hitl_mcp.core.quorum import Quorum
+from hitl_mcp.core.store import Engine
+from hitl_mcp.store.rows import BODY_FIELDS, votes_json
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.conftest import api_client, cli, make_config, running, sc
 from tests.support.events import until
@@ -497,7 +498,7 @@ class WrittenMeanwhile:
 async def test_a_write_while_verify_reads_is_no_departure(
     db: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from hitl_mcp.cli_audit import audit_verify
+    from hitl_mcp.cli.audit import audit_verify
 
     async with channel_broker(tmp_path, channel("push"), also=[channel("mail")], store=db.store) as broker:
         use(broker, {"after": "1m", "notify": ["mail"]})

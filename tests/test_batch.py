@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hitl_mcp.models import Status
-from hitl_mcp.quorum import Quorum
+from hitl_mcp.core.models import Status
+from hitl_mcp.core.quorum import Quorum
 from tests.conftest import make_config, running
 from tests.test_elicitation import browser, csrf_of
 from tests.test_rules import approval

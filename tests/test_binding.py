@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.types import Implementation
 
 from hitl_mcp.config import parse_config
-from hitl_mcp.models import Status
+from hitl_mcp.core.models import Status
 from tests.conftest import (
     TOKEN,
     api_client,

@@ -12,8 +12,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from hitl_mcp.audit import verify
 from hitl_mcp.broker import AskDefaults, AskSpec, Broker, ReplyInvalid
+from hitl_mcp.broker.outbox import Outbox
 from hitl_mcp.channels.base import (
     Answered,
     Channel,
@@ -25,8 +25,8 @@ from hitl_mcp.channels.base import (
     Unknown,
 )
 from hitl_mcp.channels.testing import TestChannel
-from hitl_mcp.models import Kind, Reply, Request, Status, now
-from hitl_mcp.outbox import Outbox
+from hitl_mcp.core.audit import verify
+from hitl_mcp.core.models import Kind, Reply, Request, Status, now
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.support.events import Changes, until
 from tests.support.harness import channel_broker, watching
@@ -161,7 +161,7 @@ async def test_stale_sending_row_is_taken_over_after_the_lease(tmp_path: Path) -
 
 
 async def test_when_every_channel_fails_the_wait_ends_and_says_nobody_was_reached(tmp_path: Path) -> None:
-    from hitl_mcp.results import to_outcome
+    from hitl_mcp.core.results import to_outcome
 
     sms, mail = Recorder("sms", failures=1, permanent=True), Recorder("mail", failures=1, permanent=True)
     async with broker_with(tmp_path / "db.sqlite3", sms, mail) as broker:

@@ -13,7 +13,7 @@ import pytest
 from mcp import Client
 from mcp.types import Implementation
 
-from hitl_mcp.models import canonical_json
+from hitl_mcp.core.models import canonical_json
 from tests.conftest import cli, running, sc
 
 pytestmark = pytest.mark.anyio

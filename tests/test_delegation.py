@@ -17,17 +17,17 @@ from typing import Any
 import anyio
 import pytest
 
-from hitl_mcp import delegation
 from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.channels.base import Counted, Late
 from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.config import ConfigError, parse_config
-from hitl_mcp.delegation import MAX_HOPS, Delegation, chain_problem, delegate_of
-from hitl_mcp.escalation import Policy
-from hitl_mcp.models import Kind, Status, iso, now
-from hitl_mcp.quorum import Quorum
-from hitl_mcp.results import to_outcome
-from hitl_mcp.store.base import Store
+from hitl_mcp.core import delegation
+from hitl_mcp.core.delegation import MAX_HOPS, Delegation, chain_problem, delegate_of
+from hitl_mcp.core.escalation import Policy
+from hitl_mcp.core.models import Kind, Status, iso, now
+from hitl_mcp.core.quorum import Quorum
+from hitl_mcp.core.results import to_outcome
+from hitl_mcp.core.store import Store
 from tests.conftest import cli, make_config, running
 from tests.support.harness import channel_broker
 from tests.support.meeting import meeting_stores

@@ -16,17 +16,17 @@ from typing import Any
 import pytest
 from mcp import Client
 
-import hitl_mcp.broker as broker_module
-import hitl_mcp.outbox as outbox_module
+import hitl_mcp.broker.broker as broker_module
+import hitl_mcp.broker.outbox as outbox_module
 from hitl_mcp.broker import AskSpec, Broker
+from hitl_mcp.broker.digests import compose
 from hitl_mcp.channels import ntfy, slack, telegram, twilio_sms
 from hitl_mcp.channels.base import ChannelConfig
 from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.channels.webhook import events
 from hitl_mcp.config import ConfigError, parse_config
-from hitl_mcp.digests import compose
-from hitl_mcp.models import Kind, NotifyResult, Request, Status, iso
-from hitl_mcp.results import describe_notification
+from hitl_mcp.core.models import Kind, NotifyResult, Request, Status, iso
+from hitl_mcp.core.results import describe_notification
 from tests.conftest import TOKEN, running, sc, text_of
 from tests.support.events import until
 from tests.support.harness import channel_broker, sent_row, watching

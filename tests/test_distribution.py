@@ -27,7 +27,7 @@ from mcp import Client
 
 from hitl_mcp import __version__
 from hitl_mcp.channels import channel_types
-from hitl_mcp.cli import build_parser
+from hitl_mcp.cli.main import build_parser
 from hitl_mcp.config import ConfigError, parse_config, resolve_http_port
 from tests.conftest import (
     PYTHON,

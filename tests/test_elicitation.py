@@ -25,10 +25,10 @@ from mcp.client import ClientRequestContext
 from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.channels import elicitation
 from hitl_mcp.config import Config, parse_config
-from hitl_mcp.host_forms import FORM_KEY
-from hitl_mcp.models import Kind, Request, Status, now
+from hitl_mcp.core.models import Kind, Request, Status, now
+from hitl_mcp.kit.state_key import STATE_KEY_FILE
+from hitl_mcp.mcp.host_forms import FORM_KEY
 from hitl_mcp.runtime import Runtime
-from hitl_mcp.server import STATE_KEY_FILE
 from hitl_mcp.web.auth import WebAuth
 from hitl_mcp.web.links import RequestLinks
 from tests.conftest import (
@@ -238,7 +238,7 @@ async def test_declined_form_as_only_channel_settles_the_request(
 async def test_without_the_capability_the_form_is_skipped_and_logged_once(
     state_dir: Path, mode: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="hitl_mcp.server")
+    caplog.set_level(logging.INFO, logger="hitl_mcp.mcp.server")
     async with (
         running(state_dir, form_config()) as rt,
         Client(rt.build_mcp(), mode=mode) as client,

@@ -24,7 +24,7 @@ from hitl_mcp.channels.email import Config as EmailConfig
 from hitl_mcp.channels.email import Link
 from hitl_mcp.channels.email.replies import Unreadable, auto_reply_reason, read_answer
 from hitl_mcp.config import Config, ConfigError, load_config, parse_config
-from hitl_mcp.models import Kind, Status, now
+from hitl_mcp.core.models import Kind, Status, now
 from tests.conftest import PYTHON, ROOT, TOKEN, api_client, free_port, running, server_env
 from tests.support.events import Changes, until
 from tests.support.mail import (
@@ -590,7 +590,7 @@ async def test_link_ttl_bounds_the_link(state_dir: Path, certs: Certs, smtp: Smt
         assert 590 <= link.expires - now() <= 600
 
 
-# the tokens a fixed key made before email moved to hitl_mcp.signing: links and reply addresses already
+# the tokens a fixed key made before email moved to hitl_mcp.kit.signing: links and reply addresses already
 # sent must keep verifying under the key file already in the state directory, so these bytes never change
 PINNED_KEY = bytes(range(32)).hex()
 PINNED_REQUEST = "0123456789abcdef"

@@ -15,10 +15,10 @@ import pytest
 from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery
 from hitl_mcp.channels.testing import TestChannel
-from hitl_mcp.config.escalation import LadderConfig
-from hitl_mcp.errors import UnknownChannel
-from hitl_mcp.escalation import Choice, Policy
-from hitl_mcp.models import Kind, Request, Status, now
+from hitl_mcp.core.errors import UnknownChannel
+from hitl_mcp.core.escalation import Choice, Policy
+from hitl_mcp.core.ladders import LadderConfig
+from hitl_mcp.core.models import Kind, Request, Status, now
 from tests.support.events import until
 from tests.support.harness import channel_broker, watching
 

@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 from hitl_mcp.config import ConfigError, parse_config
-from hitl_mcp.escalation import policy_from_config
-from hitl_mcp.models import Kind
+from hitl_mcp.config.policy import policy_from_config
+from hitl_mcp.core.models import Kind
 
 BOT = "123456789:AAHabcdefghijklmnopqrstuvwxyz0123456"
 SECRET = "whsec_a2tra2tra2tra2tra2tra2tra2tra2tra2tra2tra2s="

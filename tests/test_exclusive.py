@@ -17,7 +17,7 @@ from hitl_mcp.broker import Broker
 from hitl_mcp.channels import _exclusive
 from hitl_mcp.channels.base import Hub
 from hitl_mcp.channels.testing import TestChannel
-from hitl_mcp.store.base import Lease
+from hitl_mcp.core.store import Lease
 from tests.support.events import Changes, until
 from tests.support.harness import channel_broker
 

@@ -18,9 +18,9 @@ from hitl_mcp.channels.slack.blocks import outcome_line as slack_line
 from hitl_mcp.channels.telegram.render import outcome_line as telegram_line
 from hitl_mcp.channels.twilio_sms.text import _retract_text as sms_text
 from hitl_mcp.channels.webhook.events import settled as webhook_settled
-from hitl_mcp.models import Kind, Request, Status, now
-from hitl_mcp.outcomes import expiry_outcome
-from hitl_mcp.results import describe, next_step, to_outcome
+from hitl_mcp.core.models import Kind, Request, Status, now
+from hitl_mcp.core.outcomes import expiry_outcome
+from hitl_mcp.core.results import describe, next_step, to_outcome
 from hitl_mcp.web.views import outcome_line as web_line
 
 

@@ -17,8 +17,8 @@ import pytest
 from mcp import Client
 from mcp.types import Implementation
 
-from hitl_mcp.asks import AskSpec
-from hitl_mcp.models import Kind, Status
+from hitl_mcp.core.asks import AskSpec
+from hitl_mcp.core.models import Kind, Status
 from tests.conftest import TOKEN, bearer, running, sc
 from tests.tasks_client import get_task, start_task, update_task
 from tests.test_elicitation import Host, accept, form_config

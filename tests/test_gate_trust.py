@@ -18,7 +18,7 @@ from mcp import Client
 from mcp.types import Implementation
 
 from hitl_mcp.broker import AskDefaults, Broker
-from hitl_mcp.models import Reply
+from hitl_mcp.core.models import Reply
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.conftest import TOKEN, bearer, free_port, serve_args, server_env, server_process, text_of
 from tests.test_elicitation import Host, accept

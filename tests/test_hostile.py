@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from hitl_mcp.broker import AskSpec
-from hitl_mcp.models import Kind, Status
+from hitl_mcp.core.models import Kind, Status
 from tests.conftest import api_client, running, text_of
 
 pytestmark = pytest.mark.anyio

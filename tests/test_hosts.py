@@ -11,8 +11,8 @@ from mcp import types as mcp_types
 from mcp.server.mcpserver import Context
 
 from hitl_mcp.config import Config, parse_config
-from hitl_mcp.hosts import CONSERVATIVE, HOSTS, PREFIXES, UNKNOWN, host_budget, host_entry
-from hitl_mcp.tool_settings import call_budget
+from hitl_mcp.mcp.hosts import CONSERVATIVE, HOSTS, PREFIXES, UNKNOWN, host_budget, host_entry
+from hitl_mcp.mcp.settings import call_budget
 from tests.conftest import TOKEN, running
 
 pytestmark = pytest.mark.anyio

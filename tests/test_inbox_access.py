@@ -19,7 +19,7 @@ import pytest
 from mcp import Client
 
 from hitl_mcp.broker import AskSpec
-from hitl_mcp.models import Kind
+from hitl_mcp.core.models import Kind
 from tests import test_inbox_browser as shared
 from tests.conftest import ROOT, TOKEN, bearer
 from tests.test_inbox_browser import Browser, Call, Page, _has, api_get, expect, inbox_and_page, keys_awake

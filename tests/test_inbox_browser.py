@@ -24,7 +24,7 @@ from mcp import types as mcp_types
 
 from hitl_mcp.broker import AskSpec
 from hitl_mcp.config import parse_config
-from hitl_mcp.models import Kind, now
+from hitl_mcp.core.models import Kind, now
 from hitl_mcp.web.links import RequestLinks
 from tests.conftest import ROOT, TOKEN, bearer, sc
 from tests.test_inbox_pages import Inbox, serve_inbox

@@ -17,7 +17,7 @@ import pytest
 
 from hitl_mcp.broker import AskSpec
 from hitl_mcp.config import Config
-from hitl_mcp.models import Kind, Reply, Request, Status
+from hitl_mcp.core.models import Kind, Reply, Request, Status
 from hitl_mcp.runtime import Runtime
 from hitl_mcp.serving import HttpServer, bind
 from hitl_mcp.web.views import HistoryFilter, agent_groups, ago, already_line, time_left

@@ -27,8 +27,8 @@ from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.channels import ntfy
 from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.config import effective_config, parse_config
-from hitl_mcp.models import Kind, Reply, Request, Status
-from hitl_mcp.retry import RetryPolicy
+from hitl_mcp.core.models import Kind, Reply, Request, Status
+from hitl_mcp.core.retry import RetryPolicy
 from tests.conftest import PYTHON, ROOT, TOKEN, Heard, make_config, running, server_env
 from tests.support.agent import approval_while
 from tests.support.events import until

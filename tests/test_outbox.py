@@ -17,12 +17,12 @@ from typing import Any
 import anyio
 import pytest
 
-from hitl_mcp import outbox as outbox_module
+from hitl_mcp.broker import outbox as outbox_module
+from hitl_mcp.broker.outbox import DELIVERY_RETRY, MAX_ATTEMPTS, Outbox
 from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery, DeliveryError
-from hitl_mcp.models import Kind, Reply, Request, Status, now
-from hitl_mcp.outbox import DELIVERY_RETRY, MAX_ATTEMPTS, Outbox
+from hitl_mcp.core.models import Kind, Reply, Request, Status, now
+from hitl_mcp.core.store import DeliveryRow
 from hitl_mcp.store import sqlite as sqlite_module
-from hitl_mcp.store.base import DeliveryRow
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.conftest import Heard
 from tests.support.events import Changes, until
@@ -124,7 +124,7 @@ async def test_a_sent_delivery_keeps_the_providers_reference(store: SqliteStore)
 async def test_a_failed_send_is_retried_after_its_backoff(
     store: SqliteStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="hitl_mcp.outbox")
+    caplog.set_level(logging.INFO, logger="hitl_mcp.broker.outbox")
     sms = Scripted("sms", DeliveryError("503 unavailable"), DeliveryError("503 again"))
     outbox = Outbox(store, {"sms": sms})
     request = await asked(store, "sms")
@@ -150,7 +150,7 @@ async def test_a_failed_send_is_retried_after_its_backoff(
         ("delivery_retry", {"channel": "sms", "attempt": 2, "error": "503 again"}),
         ("delivered", {"channel": "sms", "attempt": 3}),
     ]
-    assert [r.getMessage() for r in caplog.records if r.name == "hitl_mcp.outbox"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "hitl_mcp.broker.outbox"] == [
         "deliver to sms failed (attempt 1), retrying in 1s: 503 unavailable",
         "deliver to sms failed (attempt 2), retrying in 2s: 503 again",
     ]
@@ -176,7 +176,7 @@ async def test_a_providers_retry_after_wins_over_the_backoff(store: SqliteStore,
 async def test_a_send_is_given_up_after_exactly_max_attempts(
     store: SqliteStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="hitl_mcp.outbox")
+    caplog.set_level(logging.INFO, logger="hitl_mcp.broker.outbox")
     mail = Scripted("mail", *[DeliveryError(f"421 try later ({n})") for n in range(1, 20)])
     outbox = Outbox(store, {"mail": mail})
     request = await asked(store, "mail")
@@ -385,7 +385,7 @@ async def test_an_attempt_the_store_cannot_record_is_retried_after_the_lease(
 ) -> None:
     monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_MS", 100)
     heard = Heard("not recorded")
-    logging.getLogger("hitl_mcp.outbox").addHandler(heard)
+    logging.getLogger("hitl_mcp.broker.outbox").addHandler(heard)
     slack = Scripted("slack")
     slack.release = anyio.Event()
     outbox = Outbox(store, {"slack": slack})
@@ -403,7 +403,7 @@ async def test_an_attempt_the_store_cannot_record_is_retried_after_the_lease(
             tg.cancel_scope.cancel()
     finally:
         other.close()
-        logging.getLogger("hitl_mcp.outbox").removeHandler(heard)
+        logging.getLogger("hitl_mcp.broker.outbox").removeHandler(heard)
     (line,) = heard.lines
     assert line.startswith("hitl-mcp: deliver to slack not recorded (StoreError: the server cannot record")
     assert line.endswith("); retried after the lease")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hitl_mcp.models import Kind, Reply, Request, Status, now
+from hitl_mcp.core.models import Kind, Reply, Request, Status, now
 from hitl_mcp.runtime import Runtime
 from tests.conftest import api_client, cli, running
 from tests.test_inbox_pages import browser_like

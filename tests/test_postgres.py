@@ -17,7 +17,7 @@ import httpx2
 import pytest
 from mcp import Client
 
-from hitl_mcp.store.base import StoreError
+from hitl_mcp.core.store import StoreError
 from hitl_mcp.store.pg_schema import MIGRATIONS
 from hitl_mcp.store.postgres import NewerDatabase, PostgresStore
 from tests.conftest import TOKEN, bearer, cli, free_port, sc, serve_args, server_env, server_process
@@ -277,26 +277,27 @@ def test_without_asyncpg_the_postgresql_store_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from hitl_mcp.config import parse_config
-    from hitl_mcp.store.select import NEEDS_ASYNCPG, engine_for
+    from hitl_mcp.runtime import engine_of
+    from hitl_mcp.store.select import NEEDS_ASYNCPG
 
     monkeypatch.delitem(sys.modules, "hitl_mcp.store.postgres")
     monkeypatch.setitem(sys.modules, "asyncpg", None)  # as if not installed: importing it fails
     config = parse_config("server:\n  store: postgresql://app:pw@db/hitl\n", source="hitl.yaml", env={})
     with pytest.raises(StoreError) as info:
-        engine_for(config, tmp_path)
+        engine_of(config, tmp_path)
     assert str(info.value) == NEEDS_ASYNCPG
     assert NEEDS_ASYNCPG.endswith("pip install 'mcp-hitl[postgres]'")
     monkeypatch.setenv("HITL_DATABASE_URL", "mysql://app:pw@db/hitl")
     with pytest.raises(StoreError) as info:
-        engine_for(parse_config("", source="hitl.yaml", env={}), tmp_path)
+        engine_of(parse_config("", source="hitl.yaml", env={}), tmp_path)
     assert str(info.value) == "$HITL_DATABASE_URL must be a postgresql:// URL"
 
 
 def test_sqlite_never_loads_asyncpg(tmp_path: Path) -> None:
     code = (
         "import sys; from pathlib import Path; from hitl_mcp.config import parse_config;"
-        " from hitl_mcp.store.select import engine_for;"
-        " engine_for(parse_config('', source='x', env={}), Path(sys.argv[1]));"
+        " from hitl_mcp.runtime import engine_of;"
+        " engine_of(parse_config('', source='x', env={}), Path(sys.argv[1]));"
         " print('asyncpg' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)

@@ -20,7 +20,7 @@ from mcp.client.sse import sse_client
 from mcp.types import Implementation
 
 from hitl_mcp.config import parse_config
-from hitl_mcp.principal import Principal, of_owner, owner_label, token_digest
+from hitl_mcp.core.principal import Principal, of_owner, owner_label, token_digest
 from tests.conftest import TOKEN, bearer, cli, free_port, sc, serve_args, server_env, server_process, text_of
 from tests.conftest import write_config as write_server_config
 from tests.test_inbox_pages import serve_inbox

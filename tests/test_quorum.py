@@ -19,16 +19,17 @@ from typing import Any
 import anyio
 import pytest
 
-from hitl_mcp.audit import check_requests
 from hitl_mcp.broker import AskSpec, Broker, BrokerError
 from hitl_mcp.channels.base import Answered, Counted, Late
 from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.config import ConfigError, parse_config
-from hitl_mcp.escalation import Policy, policy_from_config
-from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now, payload_sha256
-from hitl_mcp.outcomes import check_reply, expiry_outcome
-from hitl_mcp.quorum import Quorum
-from hitl_mcp.results import describe, to_outcome
+from hitl_mcp.config.policy import policy_from_config
+from hitl_mcp.core.audit_replay import check_requests
+from hitl_mcp.core.escalation import Policy
+from hitl_mcp.core.models import Kind, Reply, Request, Settled, Status, now, payload_sha256
+from hitl_mcp.core.outcomes import check_reply, expiry_outcome
+from hitl_mcp.core.quorum import Quorum
+from hitl_mcp.core.results import describe, to_outcome
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.support.harness import channel_broker
 

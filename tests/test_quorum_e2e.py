@@ -13,8 +13,8 @@ import pytest
 from mcp.client import Client
 
 from hitl_mcp.broker import AskSpec
-from hitl_mcp.models import Kind, Status
-from hitl_mcp.quorum import Quorum
+from hitl_mcp.core.models import Kind, Status
+from hitl_mcp.core.quorum import Quorum
 from tests.conftest import (
     TOKEN,
     api_client,

@@ -13,9 +13,9 @@ import pytest
 from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.channels import slack, telegram
 from hitl_mcp.channels.base import Delivery
-from hitl_mcp.config.escalation import LadderConfig
-from hitl_mcp.escalation import Policy
-from hitl_mcp.models import Kind, Status
+from hitl_mcp.core.escalation import Policy
+from hitl_mcp.core.ladders import LadderConfig
+from hitl_mcp.core.models import Kind, Status
 from tests.support.events import until
 from tests.support.harness import channel_broker, sent_row, watching
 from tests.support.serve import serving

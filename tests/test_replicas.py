@@ -33,9 +33,9 @@ from mcp import types as mcp_types
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from hitl_mcp.anchor import ANCHOR_FILE
 from hitl_mcp.config import parse_config
-from hitl_mcp.host_forms import FORM_KEY
+from hitl_mcp.mcp.host_forms import FORM_KEY
+from hitl_mcp.store.anchor import ANCHOR_FILE
 from tests.conftest import ROOT, cli, sc
 from tests.support.events import Changes, until
 from tests.support.replicas import Replica, ReplicaSet, replica_set

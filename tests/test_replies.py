@@ -9,7 +9,7 @@ import pytest
 from hitl_mcp.channels._replies import APPROVE_WORDS, DENY_WORDS, choice_by_number, decision_of
 from hitl_mcp.channels.email.replies import Unreadable, read_answer
 from hitl_mcp.channels.twilio_sms import _parse
-from hitl_mcp.models import Kind, Request
+from hitl_mcp.core.models import Kind, Request
 
 
 def _request(kind: Kind, choices: list[str] | None = None, free: bool = True) -> Request:

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from hitl_mcp.models import Kind, Request, Status, now, payload_sha256
-from hitl_mcp.results import describe, format_duration, next_step, to_outcome
+from hitl_mcp.core.durations import format_duration
+from hitl_mcp.core.models import Kind, Request, Status, now, payload_sha256
+from hitl_mcp.core.results import describe, next_step, to_outcome
 
 RID = "4f2a9c1d0b3e7a65"
 ASKED = 1767225600.0  # 2026-01-01T00:00:00Z

@@ -19,16 +19,16 @@ import pytest
 from mcp import Client
 from mcp.types import Implementation
 
-from hitl_mcp import broker as broker_module
-from hitl_mcp import broker_rules
-from hitl_mcp.asks import AskSpec
-from hitl_mcp.audit import check_requests
 from hitl_mcp.broker import AskDefaults, Broker
+from hitl_mcp.broker import broker as broker_module
+from hitl_mcp.broker import rules as broker_rules
 from hitl_mcp.channels.testing import TestChannel
-from hitl_mcp.errors import BrokerError
-from hitl_mcp.models import Kind, Status, now
-from hitl_mcp.rules import check_pattern, exactly, matches, subject
-from hitl_mcp.store.base import RuleRow
+from hitl_mcp.core.asks import AskSpec
+from hitl_mcp.core.audit_replay import check_requests
+from hitl_mcp.core.errors import BrokerError
+from hitl_mcp.core.models import Kind, Status, now
+from hitl_mcp.core.rules import check_pattern, exactly, matches, subject
+from hitl_mcp.core.store import RuleRow
 from tests.conftest import (
     TOKEN,
     api_client,

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from hitl_mcp.broker import AskDefaults, Broker
-from hitl_mcp.broker_rules import Remembered
-from hitl_mcp.models import Request, Status, now
+from hitl_mcp.broker.rules import Remembered
+from hitl_mcp.core.models import Request, Status, now
+from hitl_mcp.core.store import Store
 from hitl_mcp.runtime import Runtime
-from hitl_mcp.store.base import Store
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.conftest import cli as hitl
 from tests.conftest import running

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hitl_mcp.models import Status
-from hitl_mcp.rules import MAX_PATTERN_CHARS, MAX_PATTERN_DEPTH
+from hitl_mcp.core.models import Status
+from hitl_mcp.core.rules import MAX_PATTERN_CHARS, MAX_PATTERN_DEPTH
 from tests.conftest import cli as hitl
 from tests.conftest import running
 from tests.test_elicitation import browser, csrf_of

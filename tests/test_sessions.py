@@ -15,7 +15,7 @@ import anyio
 import httpx2
 import pytest
 
-from hitl_mcp.runtime import DB_FILE
+from hitl_mcp.store.select import DB_FILE
 from hitl_mcp.web import events
 from tests.conftest import (
     TOKEN,

@@ -18,12 +18,12 @@ from typing import Any
 import anyio
 import pytest
 
-from hitl_mcp import broker as broker_module
-from hitl_mcp import outbox as outbox_module
 from hitl_mcp.broker import AskDefaults, AskSpec, Broker, BrokerError, NotFound, ReplyInvalid, UnknownChannel
+from hitl_mcp.broker import broker as broker_module
+from hitl_mcp.broker import outbox as outbox_module
 from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery, DeliveryError
-from hitl_mcp.models import Kind, Reply, Request, Status, now, payload_sha256
-from hitl_mcp.results import to_outcome
+from hitl_mcp.core.models import Kind, Reply, Request, Status, now, payload_sha256
+from hitl_mcp.core.results import to_outcome
 from hitl_mcp.store import sqlite as sqlite_module
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.conftest import Heard

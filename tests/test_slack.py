@@ -24,8 +24,8 @@ from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.channels import slack
 from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.config import ConfigError, parse_config
-from hitl_mcp.models import Kind, Request, Status
-from hitl_mcp.results import next_step
+from hitl_mcp.core.models import Kind, Request, Status
+from hitl_mcp.core.results import next_step
 from tests.conftest import PYTHON, ROOT, TOKEN, api_client, make_config, running
 from tests.support.agent import approval_while
 from tests.support.events import until

@@ -14,9 +14,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from hitl_mcp.models import Kind, Reply, Request, Status, now
+from hitl_mcp.core.models import Kind, Reply, Request, Status, now
+from hitl_mcp.core.store import StoreError
 from hitl_mcp.store import sqlite as sqlite_module
-from hitl_mcp.store.base import StoreError
 from hitl_mcp.store.sqlite import BUSY_TIMEOUT_MS, MIGRATIONS, SqliteStore, _in_words, _split_sql
 from tests.support.settle import close_request, resolve, verify_audit
 

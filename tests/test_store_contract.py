@@ -21,10 +21,11 @@ from typing import Any
 import anyio
 import pytest
 
-from hitl_mcp.audit import GENESIS, check_requests, row_hash
-from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now, payload_sha256
-from hitl_mcp.quorum import Quorum
-from hitl_mcp.store.base import KeyConflict, Store
+from hitl_mcp.core.audit import GENESIS, row_hash
+from hitl_mcp.core.audit_replay import check_requests
+from hitl_mcp.core.models import Kind, Reply, Request, Settled, Status, now, payload_sha256
+from hitl_mcp.core.quorum import Quorum
+from hitl_mcp.core.store import KeyConflict, Store
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.support.postgres import Cluster
 from tests.support.settle import close_request, resolve, verify_audit
@@ -1249,7 +1250,7 @@ async def test_list_gives_a_hundred_at_most_unless_asked_for_more(engine: Engine
 
 
 def planned(number: int, due_at: float, action: str = "notify", channels: list[str] | None = None) -> Any:
-    from hitl_mcp.store.base import PlannedStep
+    from hitl_mcp.core.store import PlannedStep
 
     label = "remind" if action == "remind" else f"notify {', '.join(channels or [])}"
     return PlannedStep(number, due_at, action, channels or [], label)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hitl_mcp.models import Kind, Request, now
-from hitl_mcp.principal import token_digest
-from hitl_mcp.store.base import KeyConflict
+from hitl_mcp.core.models import Kind, Request, now
+from hitl_mcp.core.principal import token_digest
+from hitl_mcp.core.store import KeyConflict
 from hitl_mcp.store.sqlite import MIGRATIONS, SqliteStore
 from tests.support.settle import verify_audit
 from tests.test_store_contract import Engine, engine

@@ -20,8 +20,8 @@ import anyio
 import pytest
 from mcp import Client
 
-from hitl_mcp.runtime import DB_FILE
 from hitl_mcp.store import sqlite as sqlite_store
+from hitl_mcp.store.select import DB_FILE
 from tests.conftest import (
     PYTHON,
     Heard,

@@ -6,7 +6,7 @@ import pytest
 
 from hitl_mcp.broker import AskSpec
 from hitl_mcp.channels.testing import TestChannel
-from hitl_mcp.models import Kind
+from hitl_mcp.core.models import Kind
 from tests.support.events import until
 from tests.support.harness import channel_broker, sent_row, watching
 

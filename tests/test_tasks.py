@@ -19,9 +19,9 @@ from mcp import types as mcp_types
 from mcp.client import ClientRequestContext
 from mcp_types import Implementation
 
-from hitl_mcp.models import Status
+from hitl_mcp.core.models import Status
+from hitl_mcp.mcp.tasks import EXTENSION
 from hitl_mcp.runtime import Runtime
-from hitl_mcp.tasks import EXTENSION
 from tests.conftest import api_client, make_config, running, sc, text_of
 from tests.tasks_client import TasksClient, cancel_task, get_task, start_task, update_task
 from tests.test_elicitation import form_config

@@ -15,7 +15,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp_types import Implementation
 
-from hitl_mcp.tasks import EXTENSION
+from hitl_mcp.mcp.tasks import EXTENSION
 from tests.conftest import (
     PYTHON,
     ROOT,

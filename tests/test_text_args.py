@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from hitl_mcp.models import payload_sha256
+from hitl_mcp.core.models import payload_sha256
 from tests.conftest import (
     PYTHON,
     TOKEN,

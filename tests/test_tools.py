@@ -9,7 +9,7 @@ import anyio
 import pytest
 from mcp import Client, MCPError
 
-from hitl_mcp.models import Status
+from hitl_mcp.core.models import Status
 from tests.conftest import api_client, running, sc
 
 pytestmark = pytest.mark.anyio
@@ -276,22 +276,19 @@ async def test_no_tool_reads_as_destructive_and_each_has_a_title(state_dir: Path
 
 def test_the_tools_precomputed_schemas_are_what_the_tools_give() -> None:
     """``tools/list`` answers from ``tool_schemas.json`` before the tools are built (a faster start):
-    it must be what building them gives. After changing a tool: python -m hitl_mcp.tool_schemas"""
-    from hitl_mcp import tool_schemas
+    it must be what building them gives. After changing a tool: python scripts/tool_schemas.py"""
+    from hitl_mcp.mcp.server import computed
+    from hitl_mcp.mcp.tool_schemas import SCHEMAS
 
-    assert tool_schemas.SCHEMAS == tool_schemas.computed()
+    assert computed() == SCHEMAS
 
 
 async def test_tools_list_is_the_same_listed_before_the_tools_are_built(state_dir: Path) -> None:
-    from hitl_mcp import tool_args
+    from hitl_mcp.mcp.server import build_server
 
     async with running(state_dir) as rt:
         async with Client(rt.build_mcp(), mode="legacy") as client:
             listed = (await client.list_tools()).tools
-        tool_args.USE_SCHEMAS = False
-        try:
-            async with Client(rt.build_mcp(), mode="legacy") as client:
-                built = (await client.list_tools()).tools
-        finally:
-            tool_args.USE_SCHEMAS = True
+        async with Client(build_server(rt.broker, rt.settings(), listed=False), mode="legacy") as client:
+            built = (await client.list_tools()).tools
     assert [t.model_dump() for t in listed] == [t.model_dump() for t in built]

@@ -142,8 +142,8 @@ async def test_refuses_non_loopback_without_token(tmp_path: Path, state_dir: Pat
 NOT_AT_START = (
     "aiosqlite",
     "hitl_mcp.broker",
-    "hitl_mcp.outbox",
-    "hitl_mcp.store.base",
+    "hitl_mcp.broker.outbox",
+    "hitl_mcp.core.store",
     "hitl_mcp.store.sqlite",
     "hitl_mcp.web.app",
     "hitl_mcp.web.pages",
@@ -191,5 +191,5 @@ def test_stdio_start_loads_only_what_tools_list_needs(tmp_path: Path, state_dir:
         server.kill()
         server.wait()
     modules = set(json.loads(loaded.read_text()))
-    assert "hitl_mcp.server" in modules
+    assert "hitl_mcp.mcp.server" in modules
     assert [name for name in NOT_AT_START if name in modules] == []

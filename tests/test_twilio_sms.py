@@ -35,7 +35,7 @@ from hitl_mcp.channels.twilio_sms import (
     segments,
 )
 from hitl_mcp.config import ConfigError, effective_config, load_config, parse_config
-from hitl_mcp.models import Kind, Reply, Request, Status, now
+from hitl_mcp.core.models import Kind, Reply, Request, Status, now
 from tests.conftest import ROOT, make_config, running
 from tests.support.events import until
 from tests.support.harness import channel_broker, watching

@@ -35,9 +35,9 @@ from hitl_mcp.channels import webhook
 from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.config import ConfigError, parse_config
-from hitl_mcp.escalation import Policy
-from hitl_mcp.models import Kind, Request, Status
-from hitl_mcp.quorum import Quorum
+from hitl_mcp.core.escalation import Policy
+from hitl_mcp.core.models import Kind, Request, Status
+from hitl_mcp.core.quorum import Quorum
 from tests.conftest import PYTHON, TOKEN, api_client, make_config, running
 from tests.support.agent import approval_while
 from tests.support.events import Changes, until

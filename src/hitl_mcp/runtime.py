@@ -21,20 +21,19 @@ from starlette.applications import Starlette
 from hitl_mcp.channels import channel_module
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.config import Config
-from hitl_mcp.host_window import Linking
-from hitl_mcp.models import Kind
-from hitl_mcp.server import build_server
-from hitl_mcp.tool_settings import Settings
+from hitl_mcp.core.models import Kind
+from hitl_mcp.mcp.server import build_server
+from hitl_mcp.mcp.settings import Settings
 from hitl_mcp.web.auth import TokenFileUnsafe, WebAuth, configured_web_auth
-from hitl_mcp.web.links import RequestLinks
+from hitl_mcp.web.links import InboxLinking, RequestLinks
 
 if TYPE_CHECKING:  # the broker and the store load in run(): over stdio, after the start is served
     from hitl_mcp.broker import Broker
+    from hitl_mcp.core.store import Engine
 
 log = logging.getLogger("hitl_mcp")
 
 Transport = Literal["stdio", "sse", "http"]
-DB_FILE = "hitl.sqlite3"
 
 
 class ConfigRefused(Exception):
@@ -63,6 +62,22 @@ def check_database(path: Path) -> None:
     problem = database_problem(path)
     if problem:
         raise StoreUnavailable(problem)
+
+
+def engine_of(config: Config, state_dir: Path, *, serving: bool = True) -> Engine:
+    """The store a config runs on, with its audit anchor (not yet opened); ``StoreError`` when it
+    cannot be (``store.select``)."""
+    from hitl_mcp.store.anchor import configured_anchor
+    from hitl_mcp.store.select import engine_for
+
+    receivers = config.server.audit_anchor
+    anchor = configured_anchor(
+        state_dir,
+        syslog=receivers.syslog,
+        url=receivers.url.get_secret_value() if receivers.url else None,
+    )
+    pool = config.server.store_pool
+    return engine_for(config.server.store, state_dir, pool_size=pool, anchor=anchor, serving=serving)
 
 
 class Runtime:
@@ -100,13 +115,13 @@ class Runtime:
             max_block_seconds=d.max_block_seconds,
             host_overrides={name: h.budget_seconds for name, h in self.config.hosts.items()},
             state_dir=self.state_dir,
-            linking=Linking(self.inbox_url, RequestLinks(self.auth)) if self.inbox_url else None,
+            linking=InboxLinking(self.inbox_url, RequestLinks(self.auth)) if self.inbox_url else None,
             agent=self.config.server.agent,
             request_state_key=key.get_secret_value() if key is not None else None,
         )
 
     def build_mcp(self) -> MCPServer:
-        from hitl_mcp.state_key import BadStateKey
+        from hitl_mcp.kit.state_key import BadStateKey
 
         try:
             return build_server(self.broker, self.settings())
@@ -116,12 +131,12 @@ class Runtime:
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Open the store, start the channels and the broker's loops; runs until cancelled."""
         from hitl_mcp.broker import AskDefaults, Broker
-        from hitl_mcp.escalation import policy_from_config
-        from hitl_mcp.store.base import StoreError
-        from hitl_mcp.store.select import engine_for, failure
+        from hitl_mcp.config.policy import policy_from_config
+        from hitl_mcp.core.store import StoreError
+        from hitl_mcp.store.select import failure
 
         try:
-            store = engine_for(self.config, self.state_dir)
+            store = engine_of(self.config, self.state_dir)
         except StoreError as exc:
             self._failed = exc
             self._ready.set()

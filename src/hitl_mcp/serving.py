@@ -14,6 +14,7 @@ import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -22,8 +23,10 @@ from starlette.applications import Starlette
 
 from hitl_mcp.channels import missing_libraries
 from hitl_mcp.config import Config
-from hitl_mcp.net import browser_url, http_url, is_loopback
-from hitl_mcp.runtime import DB_FILE, ConfigRefused, Runtime, Transport, check_database, prepare_state_dir
+from hitl_mcp.kit.net import browser_url, http_url, is_loopback
+from hitl_mcp.kit.terminal import visible
+from hitl_mcp.runtime import ConfigRefused, Runtime, Transport, check_database, prepare_state_dir
+from hitl_mcp.store.select import DB_FILE
 from hitl_mcp.web.auth import login_link
 from hitl_mcp.web.deadline import DEFAULT_HEADER_TIMEOUT, with_header_deadline
 
@@ -121,7 +124,7 @@ async def serve(config: Config, state_dir: Path, transport: Transport, host: str
     if sock is None:
         log.warning("hitl-mcp: %s; running without the inbox, sharing %s", port_taken(host, port), state_dir)
     try:
-        await _serve(runtime, mcp, transport, host, sock, url, state_dir)
+        await serve_runtime(runtime, mcp, transport, host, sock, url, state_dir)
     except BaseExceptionGroup as group:  # surface the one that says why, not the group
         unavailable: ConfigRefused | BaseExceptionGroup[ConfigRefused] | None
         unavailable, _ = group.split(ConfigRefused)
@@ -132,7 +135,7 @@ async def serve(config: Config, state_dir: Path, transport: Transport, host: str
         raise
 
 
-async def _serve(
+async def serve_runtime(
     runtime: Runtime,
     mcp: MCPServer,
     transport: Transport,
@@ -214,6 +217,31 @@ async def _serve(
         raise refused[0]
 
 
+class _Visible(logging.Formatter):
+    """Log lines quote agents (a client's name) and providers: their control characters are shown."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record))
+
+
+def setup_logging(level: str = "info") -> None:
+    handler = logging.StreamHandler(sys.stderr)  # stdout belongs to the stdio transport
+    handler.setFormatter(_Visible("%(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+    logging.getLogger("hitl_mcp").setLevel(level.upper())
+
+
+def loop_options() -> dict[str, Any]:
+    """uvloop where it is installed (it is a dependency except on Windows): a faster event loop."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}
+
+
 def resume_collector() -> None:
     """The start is over: turn the garbage collector back on (``cli.main`` pauses it for a server's
     start), and first take what is loaded out of its full passes. That lives as long as the process,
@@ -229,7 +257,7 @@ def resume_collector() -> None:
 def _root_logging_kept() -> Iterator[None]:
     """``MCPServer()`` calls the SDK's ``configure_logging``, which imports rich where it is installed
     (~20 ms of a cold start) for a handler that ``logging.basicConfig`` drops when the root logger has
-    handlers already (``cli.setup_logging`` set them). Then the call changes nothing: it is skipped."""
+    handlers already (``setup_logging`` set them). Then the call changes nothing: it is skipped."""
     import mcp.server.mcpserver.server as sdk
 
     names = vars(sdk)

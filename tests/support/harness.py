@@ -12,8 +12,8 @@ import anyio
 
 from hitl_mcp.broker import AskDefaults, Broker
 from hitl_mcp.channels.base import Channel, Hub
-from hitl_mcp.models import Kind
-from hitl_mcp.store.base import DeliveryRow, Engine
+from hitl_mcp.core.models import Kind
+from hitl_mcp.core.store import DeliveryRow, Engine
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.support.events import Changes, until
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from hitl_mcp.audit import Verdict, verify
-from hitl_mcp.models import Reply, Status
-from hitl_mcp.outcomes import expiry_outcome
-from hitl_mcp.store.base import Engine, History, Settled
+from hitl_mcp.core.audit import Verdict, verify
+from hitl_mcp.core.models import Reply, Status
+from hitl_mcp.core.outcomes import expiry_outcome
+from hitl_mcp.core.store import Engine, History, Settled
 
 
 async def _expired(store: Engine, request_id: str) -> dict[str, Any]:

@@ -18,16 +18,16 @@ from typing import Any
 
 import anyio
 
-from hitl_mcp.asks import AskDefaults, AskSpec
-from hitl_mcp.broker_routing import BrokerRouting
-from hitl_mcp.broker_rules import BrokerRules
-from hitl_mcp.broker_views import BrokerViews
+from hitl_mcp.broker.digests import held_until
+from hitl_mcp.broker.outbox import Outbox, silent_channels
+from hitl_mcp.broker.routing import BrokerRouting
+from hitl_mcp.broker.rules import BrokerRules
+from hitl_mcp.broker.views import BrokerViews
 from hitl_mcp.channels.base import Channel
-from hitl_mcp.digests import held_until
-from hitl_mcp.errors import BrokerError, NotFound, ReplyInvalid, UnknownChannel
-from hitl_mcp.escalation import Policy
-from hitl_mcp.loops import forever, reason
-from hitl_mcp.models import (
+from hitl_mcp.core.asks import AskDefaults, AskSpec
+from hitl_mcp.core.errors import BrokerError, NotFound, ReplyInvalid, UnknownChannel
+from hitl_mcp.core.escalation import Policy
+from hitl_mcp.core.models import (
     Kind,
     NotifyResult,
     Reply,
@@ -39,10 +39,10 @@ from hitl_mcp.models import (
     now,
     payload_sha256,
 )
-from hitl_mcp.outbox import Outbox, silent_channels
-from hitl_mcp.outcomes import check_reply, expiry_outcome
-from hitl_mcp.store.base import Engine, History, KeyConflict, Store
-from hitl_mcp.wording import already
+from hitl_mcp.core.outcomes import check_reply, expiry_outcome
+from hitl_mcp.core.store import Engine, History, KeyConflict, Store
+from hitl_mcp.core.wording import already
+from hitl_mcp.kit.loops import forever, reason
 
 __all__ = [
     "AskDefaults",

@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from hitl_mcp.channels.base import Channel
-from hitl_mcp.models import Kind, Request, Status
+from hitl_mcp.core.models import Kind, Request, Status
 
 #: the notifications listed in one digest; the rest are counted ("... and 4 more in the inbox")
 LIST_LIMIT = 20

@@ -4,7 +4,7 @@ Rows are claimed with a lease, so several processes sharing one database never s
 row at once, and a row whose process died mid-send is picked up again after the lease.
 Failures are retried with backoff (a provider's ``retry_after`` wins); permanent ones are not.
 Info notifications held for a channel's digest are sent together once their window closes
-(``hitl_mcp.digests``).
+(``hitl_mcp.broker.digests``).
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from collections.abc import Mapping, Sequence
 
 import anyio
 
+from hitl_mcp.broker.digests import compose, digested
+from hitl_mcp.broker.digests import window as digest_window
 from hitl_mcp.channels.base import Channel, Delivery, DeliveryError
-from hitl_mcp.digests import compose, digested
-from hitl_mcp.digests import window as digest_window
-from hitl_mcp.loops import forever, reason
-from hitl_mcp.models import Request, Status, now
-from hitl_mcp.retry import RetryPolicy
-from hitl_mcp.store.base import DeliveryRow, Store
+from hitl_mcp.core.models import Request, Status, now
+from hitl_mcp.core.retry import RetryPolicy
+from hitl_mcp.core.store import DeliveryRow, Store
+from hitl_mcp.kit.loops import forever, reason
 
-log = logging.getLogger("hitl_mcp.outbox")
+log = logging.getLogger("hitl_mcp.broker.outbox")
 
 LEASE_SECONDS = 60.0
 ATTEMPT_TIMEOUT = 30.0
@@ -97,7 +97,7 @@ class Outbox:
         self, rows: list[DeliveryRow]
     ) -> tuple[list[DeliveryRow], dict[str, list[tuple[DeliveryRow, Request]]]]:
         """The rows to attempt one by one, and, per channel, the info notifications whose digest
-        window has closed (``hitl_mcp.digests``): each channel's are sent as one message."""
+        window has closed (``hitl_mcp.broker.digests``): each channel's are sent as one message."""
         solo: list[DeliveryRow] = []
         digests: dict[str, list[tuple[DeliveryRow, Request]]] = {}
         for row in rows:

@@ -3,14 +3,14 @@ channel can do, the people (``to``) and their escalation ladder, and the delegat
 
 from __future__ import annotations
 
-from hitl_mcp import delegation
-from hitl_mcp.asks import AskDefaults, AskSpec
 from hitl_mcp.channels.base import Channel
-from hitl_mcp.config.escalation import LadderConfig
-from hitl_mcp.errors import UnknownChannel
-from hitl_mcp.escalation import Policy
-from hitl_mcp.models import Kind, now
-from hitl_mcp.store.base import Store
+from hitl_mcp.core import delegation
+from hitl_mcp.core.asks import AskDefaults, AskSpec
+from hitl_mcp.core.errors import UnknownChannel
+from hitl_mcp.core.escalation import Policy
+from hitl_mcp.core.ladders import LadderConfig
+from hitl_mcp.core.models import Kind, now
+from hitl_mcp.core.store import Store
 
 __all__ = ["BrokerRouting"]
 

@@ -24,13 +24,13 @@ from typing import Any
 
 import anyio
 
-from hitl_mcp.asks import AskSpec
+from hitl_mcp.broker.outbox import silent_channels
 from hitl_mcp.channels.base import Channel
-from hitl_mcp.errors import BrokerError
-from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now
-from hitl_mcp.outbox import silent_channels
-from hitl_mcp.outcomes import expiry_outcome
-from hitl_mcp.rules import (
+from hitl_mcp.core.asks import AskSpec
+from hitl_mcp.core.errors import BrokerError
+from hitl_mcp.core.models import Kind, Reply, Request, Settled, Status, now
+from hitl_mcp.core.outcomes import expiry_outcome
+from hitl_mcp.core.rules import (
     DEFAULT_HOURS,
     MAX_RULE_ID,
     MAX_USES,
@@ -44,7 +44,7 @@ from hitl_mcp.rules import (
     subject,
     words,
 )
-from hitl_mcp.store.base import PAUSE_STATE, RuleRow, Store
+from hitl_mcp.core.store import PAUSE_STATE, RuleRow, Store
 
 log = logging.getLogger("hitl_mcp.broker")
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from hitl_mcp import delegation
-from hitl_mcp.audit import AuditRow
 from hitl_mcp.channels.base import Delivery
-from hitl_mcp.delegation import Delegation
-from hitl_mcp.errors import NotFound
-from hitl_mcp.models import Kind, Request, Status, now
-from hitl_mcp.store.base import DeliveryRow, History, Lease, ReplyRow, Store, StoreError
+from hitl_mcp.core import delegation
+from hitl_mcp.core.audit import AuditRow
+from hitl_mcp.core.delegation import Delegation
+from hitl_mcp.core.errors import NotFound
+from hitl_mcp.core.models import Kind, Request, Status, now
+from hitl_mcp.core.store import DeliveryRow, History, Lease, ReplyRow, Store, StoreError
 
 if TYPE_CHECKING:
-    from hitl_mcp.escalation import Policy
+    from hitl_mcp.core.escalation import Policy
 
 __all__ = ["REATTACHED", "BrokerViews", "times_asked"]
 

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import anyio
 
-from hitl_mcp.loops import reason
+from hitl_mcp.kit.loops import reason
 
 if TYPE_CHECKING:
-    from hitl_mcp.store.base import Lease
+    from hitl_mcp.core.store import Lease
 
 __all__ = ["CHECK_SECONDS", "RETRY_SECONDS", "Running", "background", "exclusively", "lease_name", "stop"]
 

@@ -15,8 +15,8 @@ that is not let through is recorded once by :meth:`Channel.ignore`. Channels nev
 and never touch the store: they keep what they must remember in ``self.state``.
 
 The rest of the kit: :func:`allowed` (allow-lists that fail closed), ``channels._replies`` (the yes/no
-words of text channels), ``hitl_mcp.retry`` (``RetryPolicy``, ``retry_after``), ``hitl_mcp.wording``
-and ``hitl_mcp.durations``; ``channels.testing`` has a channel for tests. See docs/channels.md.
+words of text channels), ``hitl_mcp.core.retry`` (``RetryPolicy``, ``retry_after``), ``hitl_mcp.core.wording``
+and ``hitl_mcp.core.durations``; ``channels.testing`` has a channel for tests. See docs/channels.md.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Protocol
 from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic_core import PydanticCustomError
 
-from hitl_mcp.durations import DAY, bounded
-from hitl_mcp.errors import NotFound, ReplyInvalid
-from hitl_mcp.models import Reply, Request, Settled
+from hitl_mcp.core.durations import DAY, bounded
+from hitl_mcp.core.errors import NotFound, ReplyInvalid
+from hitl_mcp.core.models import Reply, Request, Settled
 
 __all__ = [
     "Answered",
@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # config validation imports channel modules: keep them light
     from starlette.routing import BaseRoute
 
     from hitl_mcp.channels._exclusive import Running
-    from hitl_mcp.store.base import Lease
+    from hitl_mcp.core.store import Lease
 
 
 class ChannelConfig(BaseModel):
@@ -72,7 +72,7 @@ class ChannelConfig(BaseModel):
     digest: Annotated[float, bounded(60, DAY)] | None = None
     """``notify_user`` messages at level ``info`` are held and sent here together, one message per
     window of this length (a duration, 1m to 1d: ``15m``); questions, approvals and louder
-    notifications go at once. See ``hitl_mcp.digests``."""
+    notifications go at once. See ``hitl_mcp.broker.digests``."""
     #: False for a channel that sends no messages to batch (the inbox, the host's form)
     takes_digest: ClassVar[bool] = True
 
@@ -118,7 +118,7 @@ class Hub(Protocol):
 
     async def resolve(self, request_id: str, reply: Reply) -> ResolveResult:
         """Hand over a verified reply; raises ``ReplyInvalid`` if it does not fit, ``NotFound`` for an
-        unknown id (both from :mod:`hitl_mcp.errors`). Channels call :meth:`Channel.answer` instead."""
+        unknown id (both from :mod:`hitl_mcp.core.errors`). Channels call :meth:`Channel.answer` instead."""
         ...
 
     async def get(self, request_id: str) -> Request | None: ...
@@ -163,7 +163,7 @@ class Answered:
 
     @property
     def words(self) -> str:
-        from hitl_mcp.wording import answered_what
+        from hitl_mcp.core.wording import answered_what
 
         return f"Recorded: {answered_what(self.request)}."
 
@@ -386,7 +386,7 @@ class Channel:
         a retry: a channel that sends "at most once" keeps its progress under it). By default the
         request is sent again, worded "Still waiting: ..."; a channel whose ``deliver`` sends each
         request only once, or that can reply to or edit its first message, overrides this."""
-        from hitl_mcp.wording import still_waiting
+        from hitl_mcp.core.wording import still_waiting
 
         return await self.deliver(request.model_copy(update={"text": still_waiting(request.text)}))
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal
 
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.base import ChannelConfig, Delivery, DeliveryError
-from hitl_mcp.models import Kind, Reply, Request, as_decision, canonical_json
+from hitl_mcp.core.models import Kind, Reply, Request, as_decision, canonical_json
 
 #: how much of an approval's payload the form's message shows
 PAYLOAD_PREVIEW = 1500

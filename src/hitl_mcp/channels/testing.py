@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 
 from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery, DeliveryError, Hub, Outcome
-from hitl_mcp.models import Reply, Request, Status
+from hitl_mcp.core.models import Reply, Request, Status
 
 
 class TestChannel(Channel):

@@ -12,8 +12,8 @@ from pydantic import SecretStr, field_validator
 
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.base import ChannelConfig, Delivery
-from hitl_mcp.durations import parse_duration
-from hitl_mcp.models import Request
+from hitl_mcp.core.durations import parse_duration
+from hitl_mcp.core.models import Request
 
 
 class Config(ChannelConfig):

@@ -13,9 +13,9 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from hitl_mcp.cli_requests import CliError, config_and_state, one_line, open_broker, run
-from hitl_mcp.cli_rules import actor
-from hitl_mcp.principal import AGENT_CREDENTIAL, check_agent_name, token_digest
+from hitl_mcp.cli.requests import CliError, config_and_state, one_line, open_broker, run
+from hitl_mcp.cli.rules import actor
+from hitl_mcp.core.principal import AGENT_CREDENTIAL, check_agent_name, token_digest
 
 if TYPE_CHECKING:
     from hitl_mcp.config import Config
@@ -38,7 +38,7 @@ def add_commands(command: Command, common: Callable[[argparse.ArgumentParser], N
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
-    from hitl_mcp.store.base import KeyConflict
+    from hitl_mcp.core.store import KeyConflict
 
     config, _ = config_and_state(args)
     if args.verb in ("add", "revoke"):
@@ -74,7 +74,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 def mcp_url(config: Config) -> str:
     """Where a host reaches this server's MCP endpoint."""
-    from hitl_mcp.cli_remote import server_url
+    from hitl_mcp.cli.remote import server_url
 
     return f"{config.server.public_url or server_url(config, None)}/mcp"
 
@@ -104,7 +104,7 @@ def print_added(config: Config, name: str, token: str, as_json: bool) -> None:
 
 
 def print_agents(config: Config, rows: list[Any], as_json: bool) -> None:
-    from hitl_mcp.models import iso
+    from hitl_mcp.core.models import iso
 
     agents: list[dict[str, Any]] = [
         {"name": name, "source": "config", "created_at": None, "created_by": None, "revoked_at": None}

@@ -6,11 +6,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hitl_mcp.anchor import Anchor, check_anchors, last_line, read_anchors
-from hitl_mcp.audit import SETTLING_EVENTS, check_requests, verify
-from hitl_mcp.models import Request, iso
-from hitl_mcp.store.base import History
-from hitl_mcp.terminal import visible
+from hitl_mcp.core.audit import SETTLING_EVENTS, verify
+from hitl_mcp.core.audit_replay import check_requests
+from hitl_mcp.core.models import Request, iso
+from hitl_mcp.core.store import History
+from hitl_mcp.kit.terminal import visible
+from hitl_mcp.store.anchor import Anchor, check_anchors, last_line, read_anchors
 
 #: how many times the requests are read again when the chain moved while they were read
 READS = 5

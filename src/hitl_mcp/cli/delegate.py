@@ -15,7 +15,7 @@ import argparse
 import getpass
 from typing import Any
 
-from hitl_mcp.cli_requests import CliError, config_and_state, open_broker, run
+from hitl_mcp.cli.requests import CliError, config_and_state, open_broker, run
 
 __all__ = ["add_delegate", "cmd_delegate"]
 
@@ -30,8 +30,8 @@ def add_delegate(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_delegate(args: argparse.Namespace) -> int:
-    from hitl_mcp import delegation
-    from hitl_mcp.models import iso, now
+    from hitl_mcp.core import delegation
+    from hitl_mcp.core.models import iso, now
 
     config, _ = config_and_state(args)
     wanted = [bool(args.list), args.end is not None, args.person is not None]
@@ -89,7 +89,7 @@ def cmd_delegate(args: argparse.Namespace) -> int:
 
 
 def _print(configured: list[Any], runtime: list[Any], at: float) -> None:
-    from hitl_mcp.models import iso
+    from hitl_mcp.core.models import iso
 
     rows = [(d, "config") for d in configured if d.until > at] + [
         (d, d.set_by or "run time") for d in runtime

@@ -17,9 +17,9 @@ import urllib.request
 import webbrowser
 from pathlib import Path
 
-from hitl_mcp.cli_requests import CliError
+from hitl_mcp.cli.requests import CliError
 from hitl_mcp.config import Config, resolve_http_port
-from hitl_mcp.net import browser_url
+from hitl_mcp.kit.net import browser_url
 from hitl_mcp.web.auth import TokenFileUnsafe, configured_web_auth, login_link
 
 #: how long to wait for the server to say it is there

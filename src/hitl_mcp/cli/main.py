@@ -19,9 +19,12 @@ from typing import Any
 
 import anyio
 
-from hitl_mcp import __version__, cli_agents, cli_rules
-from hitl_mcp.cli_delegate import add_delegate, cmd_delegate
-from hitl_mcp.cli_requests import (
+from hitl_mcp import __version__
+from hitl_mcp.cli import agents as cli_agents
+from hitl_mcp.cli import gate as gate_cli
+from hitl_mcp.cli import rules as cli_rules
+from hitl_mcp.cli.delegate import add_delegate, cmd_delegate
+from hitl_mcp.cli.requests import (
     CliError,
     cmd_answer,
     cmd_approve,
@@ -32,10 +35,9 @@ from hitl_mcp.cli_requests import (
     open_broker,
     run,
 )
-from hitl_mcp.cli_requests import config_and_state as _config
-from hitl_mcp.cli_store import check_store, cmd_migrate
-from hitl_mcp.gate import cli as gate_cli
-from hitl_mcp.terminal import visible
+from hitl_mcp.cli.requests import config_and_state as _config
+from hitl_mcp.cli.store import check_store, cmd_migrate
+from hitl_mcp.kit.terminal import visible
 
 # The config, the SDK and the store are imported by the verbs that use them, when they run: `serve`
 # loads them with the collector paused (see main), and the other verbs only what they use.
@@ -181,26 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Visible(logging.Formatter):
-    """Log lines quote agents (a client's name) and providers: their control characters are shown."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return visible(super().format(record))
-
-
-def setup_logging(level: str = "info") -> None:
-    handler = logging.StreamHandler(sys.stderr)  # stdout belongs to the stdio transport
-    handler.setFormatter(_Visible("%(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.WARNING)
-    logging.getLogger("hitl_mcp").setLevel(level.upper())
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     from hitl_mcp.config import resolve_http_port
     from hitl_mcp.runtime import ConfigRefused
-    from hitl_mcp.serving import serve
+    from hitl_mcp.serving import loop_options, serve, setup_logging
 
     config, state_dir = _config(args)
     setup_logging(config.server.log_level)
@@ -214,20 +200,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     try:
-        anyio.run(serve, config, state_dir, args.transport, host, port, backend_options=_loop_options())
+        anyio.run(serve, config, state_dir, args.transport, host, port, backend_options=loop_options())
     except ConfigRefused as exc:
         print(f"hitl-mcp: {exc}", file=sys.stderr)
         return 2
     return 0
-
-
-def _loop_options() -> dict[str, Any]:
-    """uvloop where it is installed (it is a dependency except on Windows): a faster event loop."""
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        return {}
-    return {"use_uvloop": True}
 
 
 def _require_libraries(channels: dict[str, Any]) -> None:
@@ -244,7 +221,7 @@ class MissingLibrary(CliError):
 
 
 def cmd_inbox(args: argparse.Namespace) -> int:
-    from hitl_mcp.cli_inbox import inbox
+    from hitl_mcp.cli.inbox import inbox
 
     config, state_dir = _config(args)
     return inbox(config, state_dir, args.port, args.open)
@@ -307,8 +284,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check_database(state_dir: Path) -> int:
     """The state directory's database, if there is one: is it whole? 1 when it is not."""
-    from hitl_mcp.runtime import DB_FILE
     from hitl_mcp.store.health import database_problem
+    from hitl_mcp.store.select import DB_FILE
 
     path = state_dir / DB_FILE
     problem = database_problem(path)
@@ -322,7 +299,7 @@ def _check_database(state_dir: Path) -> int:
 def cmd_test_channel(args: argparse.Namespace) -> int:
     from hitl_mcp.broker import AskSpec
     from hitl_mcp.channels import channel_module
-    from hitl_mcp.models import Kind
+    from hitl_mcp.core.models import Kind
 
     config, _ = _config(args)
     if args.name not in config.channels:
@@ -373,8 +350,8 @@ def cmd_logout(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from hitl_mcp.anchor import ANCHOR_FILE
-    from hitl_mcp.cli_audit import audit_head, audit_verify
+    from hitl_mcp.cli.audit import audit_head, audit_verify
+    from hitl_mcp.store.anchor import ANCHOR_FILE
 
     async def go() -> int:
         async with open_broker(args) as broker:

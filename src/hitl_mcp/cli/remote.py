@@ -21,8 +21,8 @@ from typing import Any
 from urllib.parse import quote
 
 from hitl_mcp.config import Config, resolve_http_port
-from hitl_mcp.net import browser_url
-from hitl_mcp.terminal import visible
+from hitl_mcp.kit.net import browser_url
+from hitl_mcp.kit.terminal import visible
 
 TIMEOUT = 30.0
 

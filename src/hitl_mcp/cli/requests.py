@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from hitl_mcp.terminal import block, visible
+from hitl_mcp.kit.terminal import block, visible
 
 if TYPE_CHECKING:  # imported where used: the CLI starts without the broker's or the config's imports
     from hitl_mcp.broker import Broker
@@ -44,14 +44,14 @@ def config_and_state(args: argparse.Namespace) -> tuple[Config, Any]:
 async def open_broker(args: argparse.Namespace) -> AsyncIterator[Broker]:
     """A broker on the state directory's database, with no channels: for reading and answering."""
     from hitl_mcp.broker import AskDefaults, Broker
-    from hitl_mcp.store.base import StoreError
+    from hitl_mcp.core.store import StoreError
+    from hitl_mcp.runtime import engine_of
     from hitl_mcp.store.health import storage_error
-    from hitl_mcp.store.select import engine_for
     from hitl_mcp.store.sqlite import SqliteStore
 
     config, state_dir = config_and_state(args)
     try:
-        store = engine_for(config, state_dir, serving=False)
+        store = engine_of(config, state_dir, serving=False)
     except StoreError as exc:
         raise CliError(str(exc)) from None
     path = store.path if isinstance(store, SqliteStore) else None
@@ -84,7 +84,7 @@ def one_line(text: object) -> str:
 
 
 def cmd_pending(args: argparse.Namespace) -> int:
-    from hitl_mcp.models import Status
+    from hitl_mcp.core.models import Status
 
     async def go() -> int:
         requests: list[Any] = []
@@ -128,7 +128,7 @@ def print_requests(requests: list[Any], as_json: bool, pending: bool) -> None:
 
 def waiting_line(r: Any) -> str:
     """``risk high · expires in 59 min · from claude-code``: what a pending request's second line says."""
-    from hitl_mcp.results import format_duration
+    from hitl_mcp.core.durations import format_duration
 
     parts = [f"risk {r.risk}"] if r.risk else []
     if r.expires_at:
@@ -139,7 +139,7 @@ def waiting_line(r: Any) -> str:
 
 def outcome_words(r: Any) -> str:
     """What became of a request, in a few words: ``approved by alice via slack at 2026-...``."""
-    from hitl_mcp.models import Kind, Status, iso
+    from hitl_mcp.core.models import Kind, Status, iso
 
     by = f" by {one_line(r.responder)}" if r.responder else ""
     via = f" via {one_line(r.channel)}" if r.channel else ""
@@ -184,8 +184,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def print_request(r: Any, detail: dict[str, Any]) -> None:
     """One request whole, for a person at a terminal: every field an agent wrote is shown escaped."""
-    from hitl_mcp.models import iso
-    from hitl_mcp.principal import owner_label
+    from hitl_mcp.core.models import iso
+    from hitl_mcp.core.principal import owner_label
     from hitl_mcp.web.views import pretty_json
 
     pad = " " * 10
@@ -239,7 +239,7 @@ def print_request(r: Any, detail: dict[str, Any]) -> None:
 async def find(broker: Broker, prefix: str) -> list[str]:
     """The request an id names, or the ones it is the start of (at least 4 characters): a pending
     request first, else any. Two ids back mean the prefix is ambiguous."""
-    from hitl_mcp.models import Status
+    from hitl_mcp.core.models import Status
 
     if not prefix.isascii() or not prefix.isprintable():
         return []
@@ -264,11 +264,11 @@ def resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
     import getpass
 
     from hitl_mcp.broker import NotFound, ReplyInvalid
-    from hitl_mcp.models import Reply
+    from hitl_mcp.core.models import Reply
 
     config, _ = config_and_state(args)
     if config.server.cli.require_token:  # never the database itself: the server's API, with the token
-        from hitl_mcp.cli_remote import answer_via_api
+        from hitl_mcp.cli.remote import answer_via_api
 
         return answer_via_api(config, args, reply_fields)
 

@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from hitl_mcp.cli_requests import CliError, one_line, open_broker, run
+from hitl_mcp.cli.requests import CliError, one_line, open_broker, run
 
 Command = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 
@@ -61,9 +61,9 @@ def add_commands(command: Command, common: Callable[[argparse.ArgumentParser], N
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
-    from hitl_mcp.errors import BrokerError
-    from hitl_mcp.models import now
-    from hitl_mcp.rules import rule_id, shown_id
+    from hitl_mcp.core.errors import BrokerError
+    from hitl_mcp.core.models import now
+    from hitl_mcp.core.rules import rule_id, shown_id
 
     async def go() -> int:
         async with open_broker(args) as broker:
@@ -87,7 +87,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 
 def _add_arguments(args: argparse.Namespace) -> dict[str, Any]:
-    from hitl_mcp.rules import MAX_USES, load_pattern, whole
+    from hitl_mcp.core.rules import MAX_USES, load_pattern, whole
 
     try:
         pattern = load_pattern(args.arguments)
@@ -120,8 +120,8 @@ def _add_arguments(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_rules(rules: list[Any], as_json: bool, at: float) -> None:
-    from hitl_mcp.durations import format_duration
-    from hitl_mcp.rules import binds_words, pattern_words, rule_json, unescape
+    from hitl_mcp.core.durations import format_duration
+    from hitl_mcp.core.rules import binds_words, pattern_words, rule_json, unescape
 
     if as_json:
         print(json.dumps([rule_json(r, at) for r in rules], indent=2))
@@ -155,7 +155,7 @@ def print_rules(rules: list[Any], as_json: bool, at: float) -> None:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    from hitl_mcp.errors import BrokerError
+    from hitl_mcp.core.errors import BrokerError
 
     async def go() -> int:
         async with open_broker(args) as broker:
@@ -172,8 +172,8 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from hitl_mcp.durations import format_duration
-    from hitl_mcp.errors import BrokerError
+    from hitl_mcp.core.durations import format_duration
+    from hitl_mcp.core.errors import BrokerError
 
     async def go() -> int:
         async with open_broker(args) as broker:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from hitl_mcp.cli_requests import CliError
-from hitl_mcp.cli_requests import config_and_state as _config
+from hitl_mcp.cli.requests import CliError
+from hitl_mcp.cli.requests import config_and_state as _config
 
 if TYPE_CHECKING:
     from hitl_mcp.config import Config
@@ -19,15 +19,15 @@ if TYPE_CHECKING:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Apply the pending schema migrations; say the version, and from which it came."""
-    from hitl_mcp.store.base import StoreError
+    from hitl_mcp.core.store import StoreError
     from hitl_mcp.store.select import database_url, where
 
     config, state_dir = _config(args)
     try:
-        url = database_url(config)
+        url = database_url(config.server.store)
     except StoreError as exc:
         raise CliError(str(exc)) from None
-    name = where(config, state_dir)
+    name = where(config.server.store, state_dir)
     if url is None:
         before, after = _migrate_sqlite(config, state_dir)
     else:
@@ -38,8 +38,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def _migrate_sqlite(config: Config, state_dir: Path) -> tuple[int, int]:
-    from hitl_mcp.runtime import DB_FILE
     from hitl_mcp.store.health import storage_error
+    from hitl_mcp.store.select import DB_FILE
     from hitl_mcp.store.sqlite import MIGRATIONS, SqliteStore
 
     path = state_dir / DB_FILE
@@ -68,7 +68,7 @@ def _migrate_sqlite(config: Config, state_dir: Path) -> tuple[int, int]:
 
 
 async def _migrate_postgres(url: str, pool_size: int) -> tuple[int, int]:
-    from hitl_mcp.store.base import StoreError
+    from hitl_mcp.core.store import StoreError
     from hitl_mcp.store.pg_schema import MIGRATIONS
     from hitl_mcp.store.select import NEEDS_ASYNCPG
 
@@ -89,11 +89,12 @@ async def _migrate_postgres(url: str, pool_size: int) -> tuple[int, int]:
 def check_store(config: Config, state_dir: Path) -> int | None:
     """For ``hitl-mcp check``: can the PostgreSQL store be reached, at which schema version? 1 when
     not; None when the store is SQLite (checked as a file)."""
-    from hitl_mcp.store.base import StoreError
-    from hitl_mcp.store.select import database_url, redact
+    from hitl_mcp.core.store import StoreError
+    from hitl_mcp.kit.net import redact
+    from hitl_mcp.store.select import database_url
 
     try:
-        url = database_url(config)
+        url = database_url(config.server.store)
     except StoreError as exc:
         print(f"hitl-mcp: {exc}", file=sys.stderr)
         return 1

@@ -40,7 +40,7 @@ from hitl_mcp.config.models import (
 )
 from hitl_mcp.config.server import AgentConfig, AuditAnchorConfig, CliConfig, HttpConfig, ServerConfig
 from hitl_mcp.config.source import MAX_BYTES, MAX_NODES
-from hitl_mcp.durations import parse_duration
+from hitl_mcp.core.durations import parse_duration
 
 __all__ = [
     "MAX_BYTES",

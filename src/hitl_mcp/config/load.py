@@ -12,7 +12,7 @@ from pydantic import BaseModel, Secret, SecretBytes, SecretStr, ValidationError
 
 from hitl_mcp.channels import channel_module, channel_types
 from hitl_mcp.channels.base import ChannelConfig
-from hitl_mcp.config.errors import ConfigError, KeyPath, _convert, _describe, _key_text, _scrub, _show
+from hitl_mcp.config.errors import ConfigError, KeyPath, _key_text, _show
 from hitl_mcp.config.escalation import expand_people
 from hitl_mcp.config.models import (
     _CHANNEL_NAME,
@@ -23,6 +23,9 @@ from hitl_mcp.config.models import (
     _cross_check,
 )
 from hitl_mcp.config.source import MAX_BYTES, _Doc, _read_yaml
+from hitl_mcp.config.validation import convert as _convert
+from hitl_mcp.config.validation import describe as _describe
+from hitl_mcp.config.validation import scrub as _scrub
 
 
 def _build(doc: _Doc, file: str | None) -> Config:
@@ -202,7 +205,7 @@ def _plain(value: Any) -> Any:
 def effective_config(config: Config) -> dict[str, Any]:
     """The whole effective config as plain data (YAML keys, every default filled in), with every
     secret replaced by ``"***"``."""
-    from hitl_mcp.store.select import redact
+    from hitl_mcp.kit.net import redact
 
     result = _plain(config)
     assert isinstance(result, dict)

@@ -20,16 +20,16 @@ from hitl_mcp.channels import web as web_channel
 from hitl_mcp.channels.base import ChannelConfig
 from hitl_mcp.config import escalation as ladders
 from hitl_mcp.config.errors import KeyPath, _key_text, _show
-from hitl_mcp.config.escalation import LadderConfig, Person
 from hitl_mcp.config.section import Section as _Section
 from hitl_mcp.config.server import (
     AgentConfig,
     ServerConfig,
 )
-from hitl_mcp.delegation import Delegation, chain_problem
-from hitl_mcp.durations import DAY, HOUR, bounded
-from hitl_mcp.principal import check_agent_name
-from hitl_mcp.quorum import Quorum
+from hitl_mcp.core.delegation import Delegation, chain_problem
+from hitl_mcp.core.durations import DAY, HOUR, bounded
+from hitl_mcp.core.ladders import LadderConfig, Person
+from hitl_mcp.core.principal import check_agent_name
+from hitl_mcp.core.quorum import Quorum
 
 ChannelList = Annotated[list[str], Field(min_length=1)]
 

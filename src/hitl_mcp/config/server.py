@@ -11,8 +11,8 @@ from pydantic import BeforeValidator, Field, SecretStr, field_validator
 from pydantic_core import PydanticCustomError
 
 from hitl_mcp.config.section import Section, reject_bool
-from hitl_mcp.durations import bounded
-from hitl_mcp.state_key import StateKey
+from hitl_mcp.core.durations import bounded
+from hitl_mcp.kit.state_key import StateKey
 
 #: the shortest agent token the config accepts: 128 bits as URL-safe base64 (what `agent add` makes is 256)
 MIN_TOKEN = 22

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hitl_mcp.models import Kind, Level, Risk
-from hitl_mcp.quorum import Quorum
+from hitl_mcp.core.models import Kind, Level, Risk
+from hitl_mcp.core.quorum import Quorum
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """The hash chain of the audit log: each row stores the SHA-256 of the previous row and of itself.
 
 Engines store rows; this module is the one place that says how a row is hashed and how a chain
-is checked, so every engine's log verifies the same way; and it ties the requests table to the chain
-(``check_requests``, replaying each request's trail with ``audit_replay``).
+is checked, so every engine's log verifies the same way. ``audit_replay`` ties the requests table to
+the chain.
 """
 
 from __future__ import annotations
@@ -12,20 +12,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from hitl_mcp.audit_replay import SETTLING_EVENTS, departure, replay
-from hitl_mcp.models import Request, canonical_json
+from hitl_mcp.core.models import Status, canonical_json
 
 __all__ = [
     "GENESIS",
     "SETTLING_EVENTS",
     "AuditRow",
     "Verdict",
-    "check_requests",
     "row_hash",
     "verify",
 ]
 
 GENESIS = "0" * 64
+#: the trail events that settle a request (one per request)
+SETTLING_EVENTS = (Status.ANSWERED.value, Status.EXPIRED.value, Status.CANCELLED.value)
 
 
 @dataclass(frozen=True)
@@ -78,28 +78,3 @@ def verify(rows: Iterable[AuditRow]) -> Verdict:
         prev = row.hash
         last_seq = row.seq
     return Verdict(True, count)
-
-
-def check_requests(requests: Iterable[Request], rows: Iterable[AuditRow], limit: int = 20) -> list[str]:
-    """One line per request whose row departs from what its audit rows say it must be (replayed by
-    ``audit_replay``): what it asked, every change its trail explains since (channels added by
-    escalation steps, a quorum's votes, deadlines pushed back by a resume), and how it settled. The
-    requests table is not hash-chained itself; this ties it to the chain. At most ``limit`` lines,
-    then a count of the rest."""
-    replayed = replay(rows)
-    problems: list[str] = []
-    seen: set[str] = set()
-    for request in requests:
-        seen.add(request.id)
-        trail = replayed.get(request.id)
-        problem = "it has no 'created' row" if trail is None else departure(request, trail)
-        if problem:
-            problems.append(f"request {request.id} does not match the audit log: {problem}")
-    for request_id, trail in replayed.items():
-        if request_id not in seen:
-            problems.append(
-                f"request {request_id} is in the audit log (row {trail.created.seq}) but not in the database"
-            )
-    if len(problems) > limit:
-        problems[limit:] = [f"... and {len(problems) - limit} more requests that do not match"]
-    return problems

@@ -23,16 +23,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hitl_mcp.models import Kind, Reply, Request, Status, payload_sha256
-from hitl_mcp.quorum import Vote, vote_of
-
-if TYPE_CHECKING:
-    from hitl_mcp.audit import AuditRow
+from hitl_mcp.core.audit import SETTLING_EVENTS, AuditRow
+from hitl_mcp.core.models import Kind, Reply, Request, Status, payload_sha256
+from hitl_mcp.core.quorum import Vote
 
 #: the events that settle a request, once
-SETTLING_EVENTS = (Status.ANSWERED.value, Status.EXPIRED.value, Status.CANCELLED.value)
 #: the ``action`` of a ``step_sent`` row for a ``remind`` step (``escalation.Policy.plan``'s label)
 REMIND_STEP = "remind"
 #: the fields compared, in the order they are checked: what was asked, then how it settled
@@ -163,7 +160,7 @@ def _settle(request: Replayed, row: AuditRow) -> None:
 
 
 def _vote(row: AuditRow, decision: Any, request: Replayed) -> Vote | _Unreadable:
-    """The vote a ``voted`` (or deciding ``answered``) row counted, as ``quorum.vote_of`` made it: for
+    """The vote a ``voted`` (or deciding ``answered``) row counted, as ``Reply.vote`` made it: for
     the payload the request was created with (a vote for another does not count)."""
     data = row.data
     try:
@@ -176,7 +173,7 @@ def _vote(row: AuditRow, decision: Any, request: Replayed) -> Vote | _Unreadable
             on_behalf_of=data.get("on_behalf_of"),
             payload_sha256=request.values["payload_sha256"],
         )
-        return vote_of(reply, row.at)
+        return reply.vote(row.at)
     except ValueError:  # pydantic's ValidationError is one
         return _Unreadable()
 
@@ -211,3 +208,28 @@ def departure(request: Request, replayed: Replayed) -> str:
         verb = "differ" if name in ("channels", "votes") else "differs"
         return f"its {name} {verb} from row {row.seq} ('{row.event}')"
     return ""
+
+
+def check_requests(requests: Iterable[Request], rows: Iterable[AuditRow], limit: int = 20) -> list[str]:
+    """One line per request whose row departs from what its audit rows say it must be (replayed by
+    ``audit_replay``): what it asked, every change its trail explains since (channels added by
+    escalation steps, a quorum's votes, deadlines pushed back by a resume), and how it settled. The
+    requests table is not hash-chained itself; this ties it to the chain. At most ``limit`` lines,
+    then a count of the rest."""
+    replayed = replay(rows)
+    problems: list[str] = []
+    seen: set[str] = set()
+    for request in requests:
+        seen.add(request.id)
+        trail = replayed.get(request.id)
+        problem = "it has no 'created' row" if trail is None else departure(request, trail)
+        if problem:
+            problems.append(f"request {request.id} does not match the audit log: {problem}")
+    for request_id, trail in replayed.items():
+        if request_id not in seen:
+            problems.append(
+                f"request {request_id} is in the audit log (row {trail.created.seq}) but not in the database"
+            )
+    if len(problems) > limit:
+        problems[limit:] = [f"... and {len(problems) - limit} more requests that do not match"]
+    return problems

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
-from hitl_mcp.models import iso
+from hitl_mcp.core.models import iso
 
 if TYPE_CHECKING:
-    from hitl_mcp.store.base import Store
+    from hitl_mcp.core.store import Store
 
 __all__ = [
     "MAX_HOPS",

@@ -11,18 +11,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from hitl_mcp.config.escalation import LadderConfig, StepConfig
-from hitl_mcp.delegation import Delegation, active, delegate_of, stands_for
-from hitl_mcp.errors import UnknownChannel
-from hitl_mcp.models import Kind
-from hitl_mcp.quorum import Quorum
-from hitl_mcp.store.base import PlannedStep
+from hitl_mcp.core.delegation import Delegation, active, delegate_of, stands_for
+from hitl_mcp.core.errors import UnknownChannel
+from hitl_mcp.core.ladders import LadderConfig, StepConfig
+from hitl_mcp.core.models import Kind
+from hitl_mcp.core.quorum import Quorum
+from hitl_mcp.core.store import PlannedStep
 
 if TYPE_CHECKING:
-    from hitl_mcp.config.models import Config
-    from hitl_mcp.models import Request
+    from hitl_mcp.core.models import Request
 
-__all__ = ["Choice", "Policy", "policy_from_config"]
+__all__ = ["Choice", "Policy"]
 
 
 @dataclass(frozen=True)
@@ -189,24 +188,3 @@ class Policy:
             return PlannedStep(number, due, "notify", channels, f"notify {', '.join(step.notify_people)}")
         channels = list(step.notify or [])
         return PlannedStep(number, due, "notify", channels, f"notify {', '.join(channels)}")
-
-
-def policy_from_config(config: Config) -> Policy:
-    """The people, ladders and per-tool (and per-risk) choices of a config."""
-    d = config.defaults
-    choices: dict[Kind | tuple[Kind, str], Choice] = {
-        Kind.QUESTION: Choice(d.ask_user.escalation, d.ask_user.to),
-        Kind.APPROVAL: Choice(
-            d.request_approval.escalation, d.request_approval.to, d.request_approval.approvals
-        ),
-        Kind.NOTIFICATION: Choice("none", d.notify_user.to),
-    }
-    for risk, choice in d.request_approval.risk.items():
-        choices[(Kind.APPROVAL, risk)] = Choice(choice.escalation, choice.to, choice.approvals)
-    return Policy(
-        delegations=config.delegations,
-        people=config.people,
-        ladders=config.escalation,
-        types={name: block.type for name, block in config.channels.items()},
-        choices=choices,
-    )

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hitl_mcp.quorum import Quorum, Vote, progress
+from hitl_mcp.core.quorum import Quorum, Vote, progress
 
 
 class Kind(StrEnum):
@@ -167,6 +167,20 @@ class Reply(BaseModel):
     remember: bool | None = None
     """An "Approve & remember" button: once this approval wins, the broker keeps the default rule for
     it (``rules.exactly``: this agent, this tool, these exact arguments, 24 h); never for high risk."""
+
+    def vote(self, at: float) -> Vote:
+        """This reply as a quorum vote, as both store engines record it (a reply without a decision is
+        refused before it gets here)."""
+        return Vote(
+            person=self.person or "",
+            on_behalf_of=self.on_behalf_of,
+            channel=self.channel,
+            responder=self.responder,
+            decision=self.decision or "deny",
+            comment=(self.comment or "").strip() or None,
+            at=at,
+            payload_sha256=self.payload_sha256,
+        )
 
 
 class OutcomeVote(BaseModel):

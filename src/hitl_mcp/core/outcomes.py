@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hitl_mcp.errors import ReplyInvalid
-from hitl_mcp.models import Kind, Reply, Request
+from hitl_mcp.core.errors import ReplyInvalid
+from hitl_mcp.core.models import Kind, Reply, Request
 
 __all__ = ["check_reply", "expiry_outcome"]
 

@@ -11,15 +11,11 @@ also in ``of`` therefore counts once, and a seat filled by a delegate cannot be 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-if TYPE_CHECKING:
-    from hitl_mcp.models import Reply
 
 __all__ = ["Count", "Quorum", "Vote", "count_vote", "counted_votes", "decision", "progress"]
 
@@ -135,23 +131,3 @@ def progress(quorum: Quorum, votes: Sequence[Vote]) -> str:
         named = waiting[0] if len(waiting) == 1 else f"{', '.join(waiting[:-1])} or {waiting[-1]}"
         text += f" — waiting for {named}"
     return text
-
-
-def vote_of(reply: Reply, at: float) -> Vote:
-    """A reply as a quorum vote, as both store engines record it (a reply without a decision is
-    refused before it gets here)."""
-    return Vote(
-        person=reply.person or "",
-        on_behalf_of=reply.on_behalf_of,
-        channel=reply.channel,
-        responder=reply.responder,
-        decision=reply.decision or "deny",
-        comment=(reply.comment or "").strip() or None,
-        at=at,
-        payload_sha256=reply.payload_sha256,
-    )
-
-
-def votes_json(votes: Sequence[Vote]) -> str:
-    """The ``votes`` column's text."""
-    return json.dumps([v.model_dump(mode="json") for v in votes])

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from mcp.types import CallToolResult, TextContent
+from hitl_mcp.core.durations import format_duration
+from hitl_mcp.core.models import Kind, NotifyResult, Outcome, OutcomeVote, Request, Status, iso, now
+from hitl_mcp.core.quorum import Vote
+from hitl_mcp.core.rules import rule_of
+from hitl_mcp.core.wording import verdict
 
-from hitl_mcp.durations import format_duration
-from hitl_mcp.models import Kind, NotifyResult, Outcome, OutcomeVote, Request, Status, iso, now
-from hitl_mcp.quorum import Vote
-from hitl_mcp.rules import rule_of
-from hitl_mcp.wording import verdict
-
-__all__ = ["describe", "describe_notification", "format_duration", "to_outcome", "tool_result"]
+__all__ = ["describe", "describe_notification", "to_outcome"]
 
 
 def to_outcome(
@@ -56,14 +54,6 @@ def _votes(request: Request) -> list[OutcomeVote] | None:
         )
         for v in request.votes
     ]
-
-
-def tool_result(outcome: Outcome, request: Request) -> CallToolResult:
-    """The tool result for an outcome: what a blocking call returns, and what a task completes with."""
-    return CallToolResult(
-        content=[TextContent(type="text", text=describe(outcome, request))],
-        structured_content=outcome.model_dump(mode="json"),
-    )
 
 
 def _approved(request: Request) -> bool | None:

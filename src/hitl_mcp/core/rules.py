@@ -36,10 +36,10 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from hitl_mcp.models import Request, canonical_json
+from hitl_mcp.core.models import Request, canonical_json
 
 if TYPE_CHECKING:
-    from hitl_mcp.store.base import RuleRow
+    from hitl_mcp.core.store import RuleRow
 
 #: the channel name an answer by a rule is recorded under (the responder is "rule <id>")
 RULE_CHANNEL = "rule"
@@ -302,7 +302,7 @@ def rule_of(responder: str | None, channel: str | None) -> int | None:
 
 
 def rule_json(rule: RuleRow, at: float) -> dict[str, Any]:
-    from hitl_mcp.models import iso
+    from hitl_mcp.core.models import iso
 
     return {
         "id": rule.id,

@@ -14,9 +14,9 @@ import builtins  # for builtins.list: below a class's list method, `list` names 
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
-from hitl_mcp.audit import AuditRow
-from hitl_mcp.models import Reply, Request, Settled, Status
-from hitl_mcp.store.records import (
+from hitl_mcp.core.audit import AuditRow
+from hitl_mcp.core.models import Reply, Request, Settled, Status
+from hitl_mcp.core.records import (
     Change,
     CredentialRow,
     DeliveryRow,
@@ -82,7 +82,7 @@ class Store(Protocol):
 
         A notification's sends are ``held`` for its caller (``Broker.notify`` attempts them at once),
         except on the channels in ``held_until``: those are ``queued`` with ``next_attempt_at`` at the
-        given time, when their digest's window closes (``hitl_mcp.digests``)."""
+        given time, when their digest's window closes (``hitl_mcp.broker.digests``)."""
         ...
 
     async def get(self, request_id: str) -> Request | None: ...

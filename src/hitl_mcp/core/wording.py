@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hitl_mcp.models import Kind, Request, Status
+from hitl_mcp.core.models import Kind, Request, Status
 
 
 def verdict(approved: bool | None) -> str:

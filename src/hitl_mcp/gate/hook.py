@@ -19,20 +19,13 @@ the operator (the web token, found as the server finds it).
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import sys
-import threading
 from dataclasses import dataclass
-from importlib import import_module
-from pathlib import Path
 from typing import Any
 
 import anyio
 
-from hitl_mcp.gate.hooks import BadEvent, HookCall, Verdict
-from hitl_mcp.gate.policy import Decision, Policy, load_policy
+from hitl_mcp.gate.hooks import HookCall, Verdict
+from hitl_mcp.gate.policy import Decision, Policy
 
 #: the most stdin a hook event may take (a large Write's content fits)
 MAX_EVENT = 8 * 1024 * 1024
@@ -129,7 +122,7 @@ async def _asked(
     except Unanswered:
         raise
     except Exception as exc:  # any failure to reach or read the server fails closed
-        raise Unanswered(f"cannot ask through hitl-mcp at {server.url}: {_first_line(exc)}") from None
+        raise Unanswered(f"cannot ask through hitl-mcp at {server.url}: {first_line(exc)}") from None
 
 
 def _outcome(result: Any) -> dict[str, Any]:
@@ -139,9 +132,9 @@ def _outcome(result: Any) -> dict[str, Any]:
     return dict(result.structured_content)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        return _first_line(exc.exceptions[0])
+        return first_line(exc.exceptions[0])
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
 
@@ -161,109 +154,3 @@ def decide(
     except Unanswered as exc:
         return on_failure, f"hitl-mcp: {exc}"
     return ("allow" if approved else "deny"), reason
-
-
-def find_server(args: argparse.Namespace) -> Server:
-    """The server's address and the token to ask with: ``$HITL_AGENT_TOKEN``, else the web token,
-    found as the server finds it: the web channel's ``token`` in the config, else ``$HITL_WEB_TOKEN``,
-    else the token file in the state directory (read only: a missing file is no token, and the
-    server refuses the call)."""
-    from hitl_mcp.cli_remote import server_url
-    from hitl_mcp.config import load_config, resolve_state_dir
-    from hitl_mcp.web.auth import TOKEN_FILE
-
-    config = load_config(args.server_config)
-    url = server_url(config, args.url)
-    if os.environ.get("HITL_AGENT_TOKEN"):  # an agent's own token (hitl-mcp agent add)
-        return Server(url, os.environ["HITL_AGENT_TOKEN"])
-    web = next((c for c in config.channels.values() if c.type == "web"), None)
-    secret = getattr(web, "token", None)
-    if secret is not None:
-        return Server(url, secret.get_secret_value())
-    if os.environ.get("HITL_WEB_TOKEN"):
-        return Server(url, os.environ["HITL_WEB_TOKEN"])
-    try:
-        token = (Path(resolve_state_dir(config, args.state_dir)) / TOKEN_FILE).read_text().strip()
-    except OSError:
-        token = ""
-    return Server(url, token or None)
-
-
-class Said:
-    """The hook's decision, printed exactly once: from the person's answer, or by the watchdog when
-    the deadline comes first (which then ends the process at once)."""
-
-    def __init__(self, host: Any, call: HookCall) -> None:
-        self.host = host
-        self.call = call
-        self._lock = threading.Lock()
-        self._said = False
-
-    def say(self, verdict: Verdict, reason: str) -> bool:
-        with self._lock:
-            if self._said:
-                return False
-            self._said = True
-        output = self.host.render(self.call, verdict, reason)
-        if output is not None:
-            print(json.dumps(output), flush=True)
-        if verdict != "allow":
-            print(reason, file=sys.stderr, flush=True)
-        return True
-
-    def watchdog(self, seconds: float, verdict: Verdict, reason: str) -> threading.Timer:
-        def fire() -> None:
-            if self.say(verdict, reason):
-                os._exit(0)  # the main thread may be stuck in the network: nothing else to wait for
-
-        timer = threading.Timer(seconds, fire)
-        timer.daemon = True
-        timer.start()
-        return timer
-
-
-def cmd_hook(args: argparse.Namespace) -> int:
-    host = import_module(f"hitl_mcp.gate.hooks.{MODULES[args.host]}")
-    on_failure: Verdict = args.on_failure
-    if not args.timeout > 0:
-        print("hitl-mcp hook: --timeout must be more than 0 seconds", file=sys.stderr)
-        return 2
-    try:
-        raw = sys.stdin.buffer.read(MAX_EVENT + 1)
-        if len(raw) > MAX_EVENT:
-            raise BadEvent(f"the hook event is larger than {MAX_EVENT // 1024 // 1024} MiB")
-        try:
-            event = json.loads(raw or b"null")
-        except ValueError:
-            raise BadEvent("the hook event on stdin is not JSON") from None
-        call: HookCall = host.parse(event)
-    except BadEvent as exc:
-        # exit 2 blocks the call in both hosts, with stderr as the reason
-        print(f"hitl-mcp hook: {exc}", file=sys.stderr)
-        return 2
-    said = Said(host, call)
-    late = f"hitl-mcp: no answer from the person within {args.timeout:g} s"
-    timer = said.watchdog(args.timeout + GRACE, on_failure, late)
-    try:
-        verdict, reason = _decided(args, call, on_failure)
-    except Exception as exc:  # whatever went wrong, a deny: never the exit 1 that lets the tool run
-        verdict, reason = "deny", f"hitl-mcp: the hook failed: {_first_line(exc)}"
-    finally:
-        timer.cancel()
-    said.say(verdict, reason)
-    return 0
-
-
-def _decided(args: argparse.Namespace, call: HookCall, on_failure: Verdict) -> tuple[Verdict, str]:
-    from hitl_mcp.config import ConfigError
-
-    try:
-        policy = load_policy(args.config)
-    except ConfigError as exc:
-        return "deny", f"hitl-mcp: the policy file is broken: {exc}"
-    try:
-        server = find_server(args)
-    except ConfigError as exc:
-        print(f"hitl-mcp hook: config error: {exc}", file=sys.stderr)
-        server = None
-    return decide(policy, call, args.host, server, args.timeout, on_failure)

@@ -34,8 +34,9 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from hitl_mcp.config.errors import ConfigError, _convert
+from hitl_mcp.config.errors import ConfigError
 from hitl_mcp.config.source import MAX_BYTES, _read_yaml
+from hitl_mcp.config.validation import convert as _convert
 
 Action = Literal["allow", "ask", "deny"]
 RiskLevel = Literal["low", "medium", "high"]

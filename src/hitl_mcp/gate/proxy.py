@@ -42,16 +42,16 @@ from mcp.types import (
 )
 
 from hitl_mcp import __version__
-from hitl_mcp.asks import AskSpec
 from hitl_mcp.broker import Broker
-from hitl_mcp.call_context import client_name, principal_of
-from hitl_mcp.errors import BrokerError
+from hitl_mcp.core.asks import AskSpec
+from hitl_mcp.core.durations import format_duration
+from hitl_mcp.core.errors import BrokerError
+from hitl_mcp.core.models import Kind, Request, Status, payload_sha256
+from hitl_mcp.core.store import StoreError
 from hitl_mcp.gate.policy import Decision, Policy
 from hitl_mcp.gate.upstream import Upstream, UpstreamError
-from hitl_mcp.models import Kind, Request, Status, payload_sha256
-from hitl_mcp.results import format_duration
-from hitl_mcp.store.base import StoreError
-from hitl_mcp.tool_settings import Settings, call_budget
+from hitl_mcp.mcp.call_context import client_name, principal_of
+from hitl_mcp.mcp.settings import Settings, call_budget
 
 log = logging.getLogger("hitl_mcp.gate")
 

@@ -10,18 +10,17 @@ checked by someone else's code; embedding keeps the check at the forward, in thi
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import anyio
 from mcp.server.mcpserver import MCPServer
 
 from hitl_mcp.config import Config, resolve_http_port
-from hitl_mcp.gate.policy import Policy, load_policy
+from hitl_mcp.gate.policy import Policy
 from hitl_mcp.gate.proxy import ProxyServer
 from hitl_mcp.gate.upstream import Upstream
-from hitl_mcp.runtime import DB_FILE, ConfigRefused, Runtime, check_database, prepare_state_dir
+from hitl_mcp.runtime import Runtime, check_database, prepare_state_dir
+from hitl_mcp.store.select import DB_FILE
 
 
 class ProxyRuntime(Runtime):
@@ -34,48 +33,10 @@ class ProxyRuntime(Runtime):
         return ProxyServer(self.upstream, self.policy, self.broker, self.settings(), "hitl-mcp-proxy")
 
 
-def cmd_proxy(args: argparse.Namespace) -> int:
-    from hitl_mcp.cli import _loop_options, setup_logging
-    from hitl_mcp.cli_requests import CliError
-    from hitl_mcp.config import load_config, resolve_state_dir
-
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
-    if bool(command) == bool(args.upstream):
-        raise CliError("name one upstream: --upstream URL, or -- followed by the command to run")
-    if args.call_timeout <= 0:
-        raise CliError("--call-timeout must be more than 0 seconds")
-    policy = load_policy(args.config)
-    config = load_config(args.server_config)
-    state_dir = resolve_state_dir(config, args.state_dir)
-    setup_logging(config.server.log_level)
-    upstream = Upstream(command=command or None, url=args.upstream, timeout=args.call_timeout)
-    unknown = _unknown_channels(policy, config)
-    if unknown:
-        raise CliError(
-            f"{args.config}: unknown channel {unknown}; configured channels: {', '.join(config.channels)}"
-        )
-    try:
-        anyio.run(_serve, config, state_dir, upstream, policy, backend_options=_loop_options())
-    except ConfigRefused as exc:
-        print(f"hitl-mcp: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def _unknown_channels(policy: Policy, config: Config) -> str | None:
-    named = [*(policy.channels or [])]
-    for rule in policy.rules:
-        named += rule.channels or []
-    unknown = [name for name in named if name not in config.channels]
-    return repr(unknown[0]) if unknown else None
-
-
-async def _serve(config: Config, state_dir: Path, upstream: Upstream, policy: Policy) -> None:
-    from hitl_mcp.net import browser_url, http_url
-    from hitl_mcp.serving import _serve as serve_stdio
-    from hitl_mcp.serving import bind
+async def serve_proxy(config: Config, state_dir: Path, upstream: Upstream, policy: Policy) -> None:
+    """The proxy over stdio, with the upstream running beside it until the host goes away."""
+    from hitl_mcp.kit.net import browser_url, http_url
+    from hitl_mcp.serving import bind, serve_runtime
 
     prepare_state_dir(state_dir)
     check_database(state_dir / DB_FILE)
@@ -91,7 +52,7 @@ async def _serve(config: Config, state_dir: Path, upstream: Upstream, policy: Po
     async with anyio.create_task_group() as tg:
         await tg.start(upstream.run)
         try:
-            await serve_stdio(runtime, mcp, "stdio", host, sock, url, state_dir)
+            await serve_runtime(runtime, mcp, "stdio", host, sock, url, state_dir)
         finally:
             await upstream.close()
             tg.cancel_scope.cancel()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from urllib.parse import urlsplit, urlunsplit
 
 
 def is_loopback(host: str) -> bool:
@@ -24,3 +25,17 @@ def browser_url(host: str, port: int) -> str:
     """Where a browser on this machine reaches a server bound to ``host``: a wildcard bind (every
     address) is reached on loopback."""
     return http_url({"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host), port)
+
+
+def redact(url: str) -> str:
+    """A database URL with its password as ``***`` and without its query (which may hold one)."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, _, host = netloc.rpartition("@")
+            user = userinfo.partition(":")[0]
+            netloc = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
+        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    except ValueError:
+        return "postgresql://***"

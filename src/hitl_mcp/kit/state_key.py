@@ -86,7 +86,7 @@ def request_state_keys(
                 return check_keys(text)
             except BadStateKey as exc:
                 raise BadStateKey(f"{where}: {exc}") from None
-    from hitl_mcp.signing import SecretFile
+    from hitl_mcp.kit.signing import SecretFile
 
     secret = SecretFile(state_dir, STATE_KEY_FILE, holds="the key to round-trip state")
     return [secret.get().encode()]

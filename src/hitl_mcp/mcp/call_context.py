@@ -15,8 +15,8 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp_types.version import is_version_at_least
 
-from hitl_mcp.models import Request
-from hitl_mcp.principal import PRINCIPAL_KEY, Principal
+from hitl_mcp.core.models import Request
+from hitl_mcp.core.principal import PRINCIPAL_KEY, Principal
 
 __all__ = [
     "INPUT_REQUIRED_VERSION",

@@ -44,8 +44,10 @@ from mcp.types import (
     InputRequiredResult,
 )
 
-from hitl_mcp.call_context import INPUT_REQUIRED_VERSION as INPUT_REQUIRED_VERSION  # re-exported
-from hitl_mcp.call_context import (
+from hitl_mcp.channels import elicitation
+from hitl_mcp.core.errors import ReplyInvalid
+from hitl_mcp.core.models import Request
+from hitl_mcp.mcp.call_context import (
     AnyContext,
     FormState,
     Mode,
@@ -56,16 +58,12 @@ from hitl_mcp.call_context import (
     responder,
     session_key,
 )
-from hitl_mcp.channels import elicitation
-from hitl_mcp.errors import ReplyInvalid
-from hitl_mcp.host_window import LINK_TTL as LINK_TTL  # re-exported
-from hitl_mcp.host_window import Linking, link_message, render_form
-from hitl_mcp.models import Request
+from hitl_mcp.mcp.host_window import Linking, link_message, render_form
 
 if TYPE_CHECKING:  # the broker loads after a stdio start is served (serving.SIDE_MODULES)
     from hitl_mcp.broker import Broker
 
-log = logging.getLogger("hitl_mcp.server")
+log = logging.getLogger("hitl_mcp.mcp.server")
 
 #: the key of our form in an ``InputRequiredResult``
 FORM_KEY = "hitl-mcp:form"

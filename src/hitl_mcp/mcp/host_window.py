@@ -4,33 +4,25 @@ or a link to its inbox page with the message that goes with it. ``host_forms`` r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from hitl_mcp.channels import elicitation
-from hitl_mcp.models import Kind, Request, now
-from hitl_mcp.web.links import LINK_PATH, RequestLinks
+from hitl_mcp.core.models import Kind, Request
 
 if TYPE_CHECKING:  # the broker loads after a stdio start is served (serving.SIDE_MODULES)
     from hitl_mcp.broker import Broker
 
-__all__ = ["LINK_TTL", "Linking", "link_message", "render_form"]
-
-#: the longest a link to the inbox stays valid (less when the request expires sooner)
-LINK_TTL = 86400.0
+__all__ = ["Linking", "link_message", "render_form"]
 
 
-@dataclass(frozen=True)
-class Linking:
-    """Where links point: the inbox's address as the person's browser reaches it, and the signer."""
+class Linking(Protocol):
+    """Where links to the inbox point (``web.links.InboxLinking`` is the one the runtime hands in):
+    the inbox's address as the person's browser reaches it, and a signed link to one request."""
 
-    inbox_url: str
-    links: RequestLinks
+    @property
+    def inbox_url(self) -> str: ...
 
-    def url(self, request: Request, channel: str, who: str) -> str:
-        expires = min(request.expires_at or now() + LINK_TTL, now() + LINK_TTL)
-        token = self.links.issue(request.id, channel, who, expires)
-        return self.inbox_url.rstrip("/") + LINK_PATH.format(token=token)
+    def url(self, request: Request, channel: str, who: str) -> str: ...
 
 
 def link_message(request: Request, channel: str) -> str:

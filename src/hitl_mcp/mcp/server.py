@@ -22,17 +22,19 @@ from mcp.server.request_state import RequestStateSecurity
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from hitl_mcp import __version__, tool_args
-from hitl_mcp.asks import AskSpec
-from hitl_mcp.call_context import Unauthenticated, client_name, form_state, principal_of, session_key
-from hitl_mcp.errors import BrokerError
-from hitl_mcp.host_forms import HostForms
-from hitl_mcp.models import Kind, NotifyResult, Outcome, Request, canonical_json
-from hitl_mcp.results import describe_notification, format_duration, to_outcome, tool_result
-from hitl_mcp.state_key import STATE_KEY_FILE as STATE_KEY_FILE  # re-exported
-from hitl_mcp.state_key import request_state_keys
-from hitl_mcp.tasks import TasksExtension
-from hitl_mcp.tool_args import (
+from hitl_mcp import __version__
+from hitl_mcp.core.asks import AskSpec
+from hitl_mcp.core.durations import format_duration
+from hitl_mcp.core.errors import BrokerError
+from hitl_mcp.core.models import Kind, NotifyResult, Outcome, Request, canonical_json
+from hitl_mcp.core.results import describe_notification, to_outcome
+from hitl_mcp.kit.state_key import request_state_keys
+from hitl_mcp.mcp import tool_args
+from hitl_mcp.mcp.call_context import Unauthenticated, client_name, form_state, principal_of, session_key
+from hitl_mcp.mcp.host_forms import HostForms
+from hitl_mcp.mcp.settings import Settings, call_budget, sealed_for
+from hitl_mcp.mcp.tasks import TasksExtension
+from hitl_mcp.mcp.tool_args import (
     Approvals,
     ChannelList,
     IdempotencyKey,
@@ -41,13 +43,13 @@ from hitl_mcp.tool_args import (
     TimeoutSeconds,
     WaitSeconds,
 )
-from hitl_mcp.tool_settings import Settings, call_budget, sealed_for
+from hitl_mcp.mcp.tool_results import tool_result
 
 if TYPE_CHECKING:  # the broker and the store load with the first tool call (or, over stdio, a second
     # after the start): the tools' bodies import what they use of them
     from hitl_mcp.broker import Broker
 
-log = logging.getLogger("hitl_mcp.server")
+log = logging.getLogger("hitl_mcp.mcp.server")
 
 INSTRUCTIONS = """\
 Tools to reach a person. ask_user asks a question, request_approval asks before a risky action,
@@ -65,8 +67,11 @@ Waited = OutcomeResult | InputRequiredResult
 REQUEST_STATE_TTL = 31 * 86400.0
 
 
-def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings) -> MCPServer:
-    """The MCP server; ``get_broker`` returns the broker once the store is open."""
+def build_server(
+    get_broker: Callable[[], Awaitable[Broker]], settings: Settings, *, listed: bool = True
+) -> MCPServer:
+    """The MCP server; ``get_broker`` returns the broker once the store is open. ``listed``: the
+    tools are listed from ``tool_schemas.json`` and built at their first call (``tool_args``)."""
     security = None
     if settings.state_dir is not None:
         keys = request_state_keys(settings.state_dir, settings.request_state_key)
@@ -77,7 +82,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         """Like ``@mcp.tool(...)``, with text arguments kept exactly as sent (``tool_args``)."""
 
         def add(fn: Callable[..., Any]) -> Callable[..., Any]:
-            tools.append(tool_args.tool(fn, **options))
+            tools.append(tool_args.tool(fn, listed=listed, **options))
             return fn
 
         return add
@@ -115,7 +120,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         return tool_result(to_outcome(done.request, done.seconds, done.undelivered, inbox_url), done.request)
 
     async def asking(ctx: Context, spec: AskSpec, wait_seconds: float | None) -> Waited:
-        from hitl_mcp.store.base import StoreError
+        from hitl_mcp.core.store import StoreError
 
         broker = await get_broker()
         state = form_state(ctx)
@@ -270,7 +275,7 @@ def build_server(get_broker: Callable[[], Awaitable[Broker]], settings: Settings
         to: PeopleList = None,
     ) -> Annotated[CallToolResult, NotifyResult]:
         """Tell the person something; does not wait for a reply. Reports which channels took it."""
-        from hitl_mcp.store.base import StoreError
+        from hitl_mcp.core.store import StoreError
 
         broker = await get_broker()
         spec = AskSpec(
@@ -349,3 +354,13 @@ def _json_size(payload: Any) -> str:
         return canonical_json(payload)
     except (TypeError, ValueError) as exc:
         raise ToolError(f"payload: not JSON ({exc})") from None
+
+
+def computed() -> dict[str, dict[str, Any]]:
+    """The tools' schemas as building them gives: what ``tool_schemas.json`` must hold."""
+
+    async def no_broker() -> Any:
+        raise AssertionError("not called")
+
+    mcp = build_server(no_broker, Settings(), listed=False)
+    return tool_args.listed_schemas(mcp._tool_manager.list_tools())

@@ -10,10 +10,10 @@ from typing import Any
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context
 
-from hitl_mcp.call_context import client_name, principal_of
-from hitl_mcp.host_window import Linking
-from hitl_mcp.hosts import host_budget
-from hitl_mcp.tasks import answering_as_task
+from hitl_mcp.mcp.call_context import client_name, principal_of
+from hitl_mcp.mcp.host_window import Linking
+from hitl_mcp.mcp.hosts import host_budget
+from hitl_mcp.mcp.tasks import answering_as_task
 
 
 class Settings:

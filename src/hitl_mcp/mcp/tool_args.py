@@ -16,9 +16,9 @@ The description is the function's docstring, dedented.
 
 **Listed before they are built.** A tool's JSON schemas (arguments, result) are what ``tools/list``
 needs; building its argument model and computing the schemas is about 0.1 G instructions of a cold
-start for the five. So each tool is listed from ``tool_schemas.py`` (what ``Tool.from_function``
-computes, generated, and checked by ``tests/test_tools.py``), and built as before at its first call.
-A tool missing from that file is built at once.
+start for the five. So each tool is listed from ``tool_schemas.json`` (what ``Tool.from_function``
+computes, written by ``scripts/tool_schemas.py`` and checked by ``tests/test_tools.py``), and built as
+before at its first call. A tool missing from that file is built at once.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from pydantic import Field, PrivateAttr, ValidationError
 
-from hitl_mcp.quorum import Quorum
-from hitl_mcp.tool_schemas import SCHEMAS
+from hitl_mcp.core.quorum import Quorum
+from hitl_mcp.mcp.tool_schemas import SCHEMAS
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
@@ -53,17 +53,14 @@ class ExactTextMetadata(FuncMetadata):
         return parsed
 
 
-log = logging.getLogger("hitl_mcp.server")
-
-#: the tools' schemas as listed before they are built (tests turn it off to compute them)
-USE_SCHEMAS = True
+log = logging.getLogger("hitl_mcp.mcp.server")
 
 
 class HitlTool(Tool):
     """A tool whose argument errors read as one line each."""
 
     _unbuilt: dict[str, Any] | None = PrivateAttr(default=None)
-    """Listed from ``tool_schemas.py``: the options to build it with at its first call."""
+    """Listed from ``tool_schemas.json``: the options to build it with at its first call."""
 
     async def run(
         self, arguments: dict[str, Any], context: Context[Any, Any], convert_result: bool = False
@@ -81,7 +78,7 @@ class HitlTool(Tool):
         if (built.parameters, built.output_schema) != (self.parameters, self.output_schema):
             log.error(
                 "hitl-mcp: %s's schemas differ from tool_schemas.py (regenerate it: python -m "
-                "hitl_mcp.tool_schemas); validating with the built ones",
+                "hitl_mcp.mcp.tool_schemas); validating with the built ones",
                 self.name,
             )
         for name in Tool.model_fields:
@@ -112,14 +109,15 @@ def is_text(annotation: Any) -> bool:
     return False
 
 
-def tool(fn: Callable[..., Any], **options: Any) -> Tool:
-    """``Tool.from_function(fn, **options)`` with the changes above."""
+def tool(fn: Callable[..., Any], *, listed: bool = True, **options: Any) -> Tool:
+    """``Tool.from_function(fn, **options)`` with the changes above; ``listed``: from
+    ``tool_schemas.json`` until its first call (False: built at once, to compute that file)."""
     options.setdefault("description", inspect.cleandoc(fn.__doc__ or ""))
     name = options.get("name") or fn.__name__
-    known = SCHEMAS.get(name) if USE_SCHEMAS else None
+    known = SCHEMAS.get(name) if listed else None
     if known is None:
         return _built(fn, options)
-    listed = HitlTool(
+    shown = HitlTool(
         fn=fn,
         name=name,
         title=options.get("title"),
@@ -135,8 +133,8 @@ def tool(fn: Callable[..., Any], **options: Any) -> Tool:
         icons=options.get("icons"),
         meta=options.get("meta"),
     )
-    listed._unbuilt = options
-    return listed
+    shown._unbuilt = options
+    return shown
 
 
 def listed_schemas(tools: list[Tool]) -> dict[str, dict[str, Any]]:

@@ -26,12 +26,8 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from hitl_mcp.models import iso
-
-if TYPE_CHECKING:
-    from hitl_mcp.config import Config
+from hitl_mcp.core.models import iso
 
 log = logging.getLogger("hitl_mcp")
 
@@ -264,12 +260,11 @@ def _post(url: str, body: dict[str, object]) -> None:
         response.read()
 
 
-def configured_anchor(config: Config, state_dir: Path) -> Anchorer:
+def configured_anchor(state_dir: Path, *, syslog: bool | str = False, url: str | None = None) -> Anchorer:
     """The anchor of the database in ``state_dir``, with ``server.audit_anchor``'s receivers."""
-    settings = config.server.audit_anchor
     return Anchorer(
         state_dir / ANCHOR_FILE,
-        syslog=settings.syslog,
-        url=settings.url.get_secret_value() if settings.url else None,
+        syslog=syslog,
+        url=url,
         source=f"{socket.gethostname()}:{state_dir}",
     )

@@ -37,11 +37,10 @@ from urllib.parse import urlsplit
 import asyncpg
 import asyncpg.pool
 
-from hitl_mcp.anchor import Anchorer
-from hitl_mcp.audit import GENESIS, SETTLING_EVENTS, AuditRow, row_hash
-from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now
-from hitl_mcp.quorum import count_vote, vote_of, votes_json
-from hitl_mcp.store.base import (
+from hitl_mcp.core.audit import GENESIS, SETTLING_EVENTS, AuditRow, row_hash
+from hitl_mcp.core.models import Kind, Reply, Request, Settled, Status, now
+from hitl_mcp.core.quorum import count_vote
+from hitl_mcp.core.store import (
     PAUSE_STATE,
     Change,
     CredentialRow,
@@ -53,8 +52,10 @@ from hitl_mcp.store.base import (
     StepRow,
     StoreError,
 )
+from hitl_mcp.kit.net import redact
+from hitl_mcp.store.anchor import Anchorer
 from hitl_mcp.store.pg_schema import MIGRATIONS, VERSION_TABLE
-from hitl_mcp.store.rows import BODY_FIELDS
+from hitl_mcp.store.rows import BODY_FIELDS, votes_json
 from hitl_mcp.store.rows import audit_row as _audit_row
 from hitl_mcp.store.rows import credential as _credential
 from hitl_mcp.store.rows import delivery as _delivery
@@ -62,7 +63,6 @@ from hitl_mcp.store.rows import reply as _reply
 from hitl_mcp.store.rows import request as _request
 from hitl_mcp.store.rows import rule as _rule
 from hitl_mcp.store.rows import step as _step
-from hitl_mcp.store.select import redact
 
 log = logging.getLogger("hitl_mcp.store")
 T = TypeVar("T")
@@ -668,7 +668,7 @@ class PostgresStore:
             won, fields = False, dict(outcome)
             votes = current.votes
             if current.status == Status.PENDING and current.approvals is not None:
-                vote = vote_of(reply, at)
+                vote = reply.vote(at)
                 count = count_vote(current.approvals, current.votes, vote, current.payload_sha256)
                 if not count.counted:
                     await self._reply_row(tx, request_id, reply, at, False, count.reason)

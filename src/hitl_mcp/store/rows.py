@@ -10,13 +10,15 @@ so they are made ``bool`` here.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import fields
 from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from hitl_mcp.audit import AuditRow
-from hitl_mcp.models import Kind, Request, Status
-from hitl_mcp.store.base import CredentialRow, DeliveryRow, ReplyRow, RuleRow, StepRow
+from hitl_mcp.core.audit import AuditRow
+from hitl_mcp.core.models import Kind, Request, Status
+from hitl_mcp.core.quorum import Vote
+from hitl_mcp.core.store import CredentialRow, DeliveryRow, ReplyRow, RuleRow, StepRow
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -116,6 +118,11 @@ def rule(row: Row) -> RuleRow:
 
 def credential(row: Row) -> CredentialRow:
     return _from_row(CredentialRow, row, data=json.loads(row["data"]))
+
+
+def votes_json(votes: Sequence[Vote]) -> str:
+    """The ``votes`` column's text."""
+    return json.dumps([v.model_dump(mode="json") for v in votes])
 
 
 def audit_row(row: Row) -> AuditRow:

@@ -27,11 +27,10 @@ import aiosqlite
 import anyio
 import anyio.to_thread
 
-from hitl_mcp.anchor import ANCHOR_FILE, Anchorer
-from hitl_mcp.audit import GENESIS, SETTLING_EVENTS, AuditRow, row_hash
-from hitl_mcp.models import Kind, Reply, Request, Settled, Status, now
-from hitl_mcp.quorum import count_vote, vote_of, votes_json
-from hitl_mcp.store.base import (
+from hitl_mcp.core.audit import GENESIS, SETTLING_EVENTS, AuditRow, row_hash
+from hitl_mcp.core.models import Kind, Reply, Request, Settled, Status, now
+from hitl_mcp.core.quorum import count_vote
+from hitl_mcp.core.store import (
     PAUSE_STATE,
     Change,
     CredentialRow,
@@ -43,7 +42,8 @@ from hitl_mcp.store.base import (
     StepRow,
     StoreError,
 )
-from hitl_mcp.store.rows import BODY_FIELDS
+from hitl_mcp.store.anchor import ANCHOR_FILE, Anchorer
+from hitl_mcp.store.rows import BODY_FIELDS, votes_json
 from hitl_mcp.store.rows import audit_row as _audit_row
 from hitl_mcp.store.rows import credential as _credential
 from hitl_mcp.store.rows import delivery as _delivery
@@ -657,7 +657,7 @@ class SqliteStore:
                 won, fields, reason = False, dict(outcome), None
                 votes = current.votes
                 if current.status == Status.PENDING and current.approvals is not None:
-                    vote = vote_of(reply, at)
+                    vote = reply.vote(at)
                     count = count_vote(current.approvals, current.votes, vote, current.payload_sha256)
                     if not count.counted:
                         self._reply_row(db, request_id, reply, at, False, count.reason)

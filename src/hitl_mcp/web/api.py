@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from hitl_mcp import __version__
-from hitl_mcp.models import Reply, Status
+from hitl_mcp.core.models import Reply, Status
 from hitl_mcp.web import MAX_BODY, REPLY_FIELDS, WEB_RESPONDER
 from hitl_mcp.web.deps import requires, web
 from hitl_mcp.web.errors import Problem

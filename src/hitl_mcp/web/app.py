@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from hitl_mcp.broker import Broker
 from hitl_mcp.channels import channel_module
 from hitl_mcp.channels.base import Channel
-from hitl_mcp.net import is_loopback
+from hitl_mcp.kit.net import is_loopback
 from hitl_mcp.web import api, batch, events, pages, pwa, rules, signin
 from hitl_mcp.web.auth import WebAuth
 from hitl_mcp.web.credentials import Credentials

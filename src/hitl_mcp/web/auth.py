@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from starlette.requests import HTTPConnection
 
-from hitl_mcp.signing import SecretFile, SecretFileUnsafe, Signer
+from hitl_mcp.kit.signing import SecretFile, SecretFileUnsafe, Signer
 
 TOKEN_FILE = "web-token"
 #: how long an inbox session lasts unless the web channel's ``session_ttl`` says otherwise

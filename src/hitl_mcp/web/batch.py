@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from hitl_mcp.broker import Broker
-from hitl_mcp.models import Kind, Reply, Request, Status
+from hitl_mcp.core.models import Kind, Reply, Request, Status
 from hitl_mcp.web import WEB_RESPONDER
 from hitl_mcp.web.deps import page_context, read_post, requires, web
 from hitl_mcp.web.errors import Problem

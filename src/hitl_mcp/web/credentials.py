@@ -26,7 +26,7 @@ from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hitl_mcp.principal import AGENT_CREDENTIAL, ASK_SCOPE, PRINCIPAL_KEY, Principal, token_digest
+from hitl_mcp.core.principal import AGENT_CREDENTIAL, ASK_SCOPE, PRINCIPAL_KEY, Principal, token_digest
 from hitl_mcp.web.auth import WebAuth
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 
 from hitl_mcp.broker import Broker
-from hitl_mcp.models import Status, now
+from hitl_mcp.core.models import Status, now
 from hitl_mcp.web.errors import Problem, SignedOut
 from hitl_mcp.web.links import RequestLinks
 from hitl_mcp.web.pagekit import read_form

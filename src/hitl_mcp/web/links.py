@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hitl_mcp.models import now
-from hitl_mcp.signing import Signer, b64url, derive_key, unb64url
+from hitl_mcp.core.models import Request, now
+from hitl_mcp.kit.signing import Signer, b64url, derive_key, unb64url
 from hitl_mcp.web.auth import WebAuth
 
 LINK_PATH = "/link/{token}"
@@ -64,3 +64,21 @@ class RequestLinks:
             )
         except (ValueError, UnicodeDecodeError):
             return None
+
+
+#: the longest a link to the inbox stays valid (less when the request expires sooner)
+LINK_TTL = 86400.0
+
+
+@dataclass(frozen=True)
+class InboxLinking:
+    """Where the host's window links point (``mcp.host_window.Linking``): the inbox's address as the
+    person's browser reaches it, and the signer."""
+
+    inbox_url: str
+    links: RequestLinks
+
+    def url(self, request: Request, channel: str, who: str) -> str:
+        expires = min(request.expires_at or now() + LINK_TTL, now() + LINK_TTL)
+        token = self.links.issue(request.id, channel, who, expires)
+        return self.inbox_url.rstrip("/") + LINK_PATH.format(token=token)

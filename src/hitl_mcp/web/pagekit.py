@@ -14,7 +14,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import HTMLResponse
 
 from hitl_mcp import __version__
-from hitl_mcp.models import Kind, Status, canonical_json, iso
+from hitl_mcp.core.models import Kind, Status, canonical_json, iso
 from hitl_mcp.web import MAX_BODY
 from hitl_mcp.web.views import (
     agent_name,

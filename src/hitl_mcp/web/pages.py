@@ -15,10 +15,10 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from hitl_mcp import delegation
 from hitl_mcp.broker import Broker
-from hitl_mcp.broker_views import times_asked
-from hitl_mcp.models import Kind, Reply, Request, Status, as_decision
+from hitl_mcp.broker.views import times_asked
+from hitl_mcp.core import delegation
+from hitl_mcp.core.models import Kind, Reply, Request, Status, as_decision
 from hitl_mcp.web import REPLY_FIELDS, WEB_RESPONDER
 from hitl_mcp.web.deps import page_context, read_post, requires, web
 from hitl_mcp.web.errors import Problem

@@ -13,10 +13,10 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from hitl_mcp.broker import Broker, NotFound, ReplyInvalid
-from hitl_mcp.broker_views import times_asked
+from hitl_mcp.broker.views import times_asked
 from hitl_mcp.channels.base import ResolveResult
-from hitl_mcp.models import Kind, Reply, Request, iso
-from hitl_mcp.results import to_outcome
+from hitl_mcp.core.models import Kind, Reply, Request, iso
+from hitl_mcp.core.results import to_outcome
 from hitl_mcp.web.errors import Problem
 
 

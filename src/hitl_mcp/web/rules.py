@@ -15,9 +15,9 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from hitl_mcp.broker import Broker
-from hitl_mcp.errors import BrokerError
-from hitl_mcp.models import Kind, Reply, Request, now
-from hitl_mcp.rules import (
+from hitl_mcp.core.errors import BrokerError
+from hitl_mcp.core.models import Kind, Reply, Request, now
+from hitl_mcp.core.rules import (
     DEFAULT_HOURS,
     MAX_USES,
     RISKS,

@@ -28,7 +28,7 @@ from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
 from hitl_mcp.broker import Broker
-from hitl_mcp.models import now
+from hitl_mcp.core.models import now
 from hitl_mcp.web.auth import WebAuth
 
 COOKIE = "hitl_session"

@@ -20,7 +20,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from hitl_mcp.models import now
+from hitl_mcp.core.models import now
 from hitl_mcp.web import WEB_RESPONDER
 from hitl_mcp.web.deps import web
 from hitl_mcp.web.links import LINK_PATH, SPENT

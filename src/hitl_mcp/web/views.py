@@ -13,9 +13,9 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from hitl_mcp.models import Kind, Request, Status
-from hitl_mcp.principal import of_owner
-from hitl_mcp.wording import by_via, verdict
+from hitl_mcp.core.models import Kind, Request, Status
+from hitl_mcp.core.principal import of_owner
+from hitl_mcp.core.wording import by_via, verdict
 
 HISTORY_STATUSES = (Status.ANSWERED, Status.EXPIRED, Status.CANCELLED)
 HISTORY_KINDS = (Kind.QUESTION, Kind.APPROVAL)

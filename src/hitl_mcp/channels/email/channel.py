@@ -22,8 +22,8 @@ from hitl_mcp.channels.base import (
     allowed,
 )
 from hitl_mcp.channels.email.replies import Unreadable, auto_reply_reason, read_answer, reply_text
-from hitl_mcp.models import Kind, Reply, Request, Status
-from hitl_mcp.wording import expired, still_waiting, verdict
+from hitl_mcp.core.models import Kind, Reply, Request, Status
+from hitl_mcp.core.wording import expired, still_waiting, verdict
 
 if TYPE_CHECKING:
     from imapclient import IMAPClient

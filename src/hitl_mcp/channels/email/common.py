@@ -13,9 +13,9 @@ from email.parser import BytesHeaderParser
 from pathlib import Path
 
 from hitl_mcp.channels.email.config import _address
-from hitl_mcp.models import Kind, Request, Status
-from hitl_mcp.signing import SecretFile
-from hitl_mcp.wording import verdict
+from hitl_mcp.core.models import Kind, Request, Status
+from hitl_mcp.core.wording import verdict
+from hitl_mcp.kit.signing import SecretFile
 
 # ---------------------------------------------------------------------------------------- helpers
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.email.common import _PAYLOAD_SHOWN, Link, _headline, _when, load_key
 from hitl_mcp.channels.email.config import Config, _address
-from hitl_mcp.models import Kind, Request, now
-from hitl_mcp.signing import Signer, b64url, unb64url
+from hitl_mcp.core.models import Kind, Request, now
+from hitl_mcp.kit.signing import Signer, b64url, unb64url
 
 
 class _Composing(BaseChannel):

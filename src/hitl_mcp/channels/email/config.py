@@ -21,8 +21,8 @@ from pydantic import (
 from hitl_mcp.channels.base import (
     ChannelConfig,
 )
-from hitl_mcp.durations import bounded
-from hitl_mcp.net import is_loopback
+from hitl_mcp.core.durations import bounded
+from hitl_mcp.kit.net import is_loopback
 
 log = logging.getLogger("hitl_mcp.channels.email")
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import anyio
 
 from hitl_mcp.channels.base import Channel as BaseChannel
-from hitl_mcp.models import now
-from hitl_mcp.retry import RetryPolicy
+from hitl_mcp.core.models import now
+from hitl_mcp.core.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from imapclient import IMAPClient

@@ -19,7 +19,7 @@ from hitl_mcp.channels.base import (
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.email.common import LINK_PATH, Link, _settled_text
 from hitl_mcp.channels.email.config import Config
-from hitl_mcp.models import Kind, Reply, Request, Status, now
+from hitl_mcp.core.models import Kind, Reply, Request, Status, now
 
 
 class _Links(BaseChannel):

@@ -18,9 +18,9 @@ from hitl_mcp.channels.base import Answered, Invalid, Late, Unknown
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.ntfy.compose import answer_of
 from hitl_mcp.channels.ntfy.config import MAX_ANSWER_BODY, STREAM_RETRY, Config
-from hitl_mcp.models import Reply, Request, now
-from hitl_mcp.retry import RetryPolicy, retry_after
-from hitl_mcp.signing import SecretFile, Signer
+from hitl_mcp.core.models import Reply, Request, now
+from hitl_mcp.core.retry import RetryPolicy, retry_after
+from hitl_mcp.kit.signing import SecretFile, Signer
 
 if TYPE_CHECKING:
     import httpx2

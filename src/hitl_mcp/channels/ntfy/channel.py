@@ -25,8 +25,8 @@ from hitl_mcp.channels.ntfy.compose import (
     title,
 )
 from hitl_mcp.channels.ntfy.config import HTTP_TIMEOUT, Config
-from hitl_mcp.models import Kind, Request
-from hitl_mcp.retry import retry_after
+from hitl_mcp.core.models import Kind, Request
+from hitl_mcp.core.retry import retry_after
 
 #: when a 429 names no Retry-After: ntfy's default refills one request every 5 s
 DEFAULT_RATE_WAIT = 10.0

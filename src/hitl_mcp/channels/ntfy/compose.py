@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from typing import Any, TypedDict
 
 from hitl_mcp.channels.ntfy.config import LABEL_LIMIT, MAX_ACTIONS, MESSAGE_LIMIT, TITLE_LIMIT, Config
-from hitl_mcp.models import Decision, Kind, Request, Status
-from hitl_mcp.wording import expired, verdict
+from hitl_mcp.core.models import Decision, Kind, Request, Status
+from hitl_mcp.core.wording import expired, verdict
 
 _LEVEL_TAGS = {
     "info": "information_source",

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, BeforeValidator, ConfigDict, SecretStr, field_validator, model_validator
 
 from hitl_mcp.channels.base import ChannelConfig
-from hitl_mcp.retry import RetryPolicy
+from hitl_mcp.core.retry import RetryPolicy
 
 DEFAULT_SERVER = "https://ntfy.sh"
 #: ntfy turns a longer message into an attachment (publish.md, "Limitations"): we clip instead

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.channels.slack.config import INSTALL_HINT, MAX_RATE_LIMIT_WAIT, RATE_LIMIT_RETRIES, Config
-from hitl_mcp.retry import retry_after
+from hitl_mcp.core.retry import retry_after
 
 # ----------------------------------------------------------------------------- talking to Slack
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from typing import Any, TypedDict
 
 from hitl_mcp.channels.slack.config import _RESPONDER, _USER_ID, BUTTON_LIMIT, HEADER_LIMIT, SECTION_LIMIT
-from hitl_mcp.models import Decision, Kind, Request, Status
-from hitl_mcp.wording import expired, verdict
+from hitl_mcp.core.models import Decision, Kind, Request, Status
+from hitl_mcp.core.wording import expired, verdict
 
 # ----------------------------------------------------------------------------------- the messages
 

@@ -30,8 +30,8 @@ from hitl_mcp.channels.slack.blocks import (
     render,
 )
 from hitl_mcp.channels.slack.config import MAX_BODY, SOCKET_RETRY, Config, log
-from hitl_mcp.models import Kind, Reply, Request
-from hitl_mcp.wording import still_waiting
+from hitl_mcp.core.models import Kind, Reply, Request
+from hitl_mcp.core.wording import still_waiting
 
 # --------------------------------------------------------------------------------------- the channel
 

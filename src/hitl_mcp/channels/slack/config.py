@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr, field_validator, model_validator
 
 from hitl_mcp.channels.base import ChannelConfig
-from hitl_mcp.retry import RetryPolicy
+from hitl_mcp.core.retry import RetryPolicy
 
 log = logging.getLogger("hitl_mcp.channels.slack")
 

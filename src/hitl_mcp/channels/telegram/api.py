@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.channels.telegram.config import HTTP_TIMEOUT, INSTALL_HINT, Config
-from hitl_mcp.retry import MAX_RETRY_AFTER
+from hitl_mcp.core.retry import MAX_RETRY_AFTER
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ from hitl_mcp.channels.telegram.api import call, failure, new_api, not_modified,
 from hitl_mcp.channels.telegram.config import Config, log
 from hitl_mcp.channels.telegram.inbound import WEBHOOK_PATH, TelegramInbound, _inline
 from hitl_mcp.channels.telegram.render import compose, keyboard, outcome_line, reminder, wants_typed_reply
-from hitl_mcp.models import Kind, Request
+from hitl_mcp.core.models import Kind, Request
 
 
 class TelegramChannel(TelegramInbound):

@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr, field_validator
 
 from hitl_mcp.channels.base import ChannelConfig
-from hitl_mcp.durations import bounded
-from hitl_mcp.retry import RetryPolicy
+from hitl_mcp.core.durations import bounded
+from hitl_mcp.core.retry import RetryPolicy
 
 log = logging.getLogger("hitl_mcp.channels.telegram")
 

@@ -40,9 +40,9 @@ from hitl_mcp.channels.telegram.render import (
     clip,
     keyboard,
 )
-from hitl_mcp.models import Kind, Reply
-from hitl_mcp.signing import b64url, derive_key
-from hitl_mcp.wording import already
+from hitl_mcp.core.models import Kind, Reply
+from hitl_mcp.core.wording import already
+from hitl_mcp.kit.signing import b64url, derive_key
 
 #: the path Telegram POSTs updates to in webhook mode, under /webhooks/<channel name>
 WEBHOOK_PATH = "/update"

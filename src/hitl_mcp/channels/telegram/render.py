@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from hitl_mcp.channels.telegram.config import BUTTON_LIMIT, CALLBACK_DATA_LIMIT, MESSAGE_LIMIT
-from hitl_mcp.models import Kind, Request, Status
-from hitl_mcp.signing import Signer
-from hitl_mcp.wording import expired, still_waiting, verdict
+from hitl_mcp.core.models import Kind, Request, Status
+from hitl_mcp.core.wording import expired, still_waiting, verdict
+from hitl_mcp.kit.signing import Signer
 
 #: a row of inline buttons: (label, callback_data)
 Row = list[tuple[str, str]]

@@ -17,8 +17,8 @@ from hitl_mcp.channels.twilio_sms.config import RECENT_CODES, REPLY_RETRY, TWILI
 from hitl_mcp.channels.twilio_sms.inbound import SmsInbound
 from hitl_mcp.channels.twilio_sms.text import _retract_text, compose, segments
 from hitl_mcp.channels.twilio_sms.transport import _Failure, _failure, _transport_class
-from hitl_mcp.models import Kind, Request
-from hitl_mcp.wording import still_waiting
+from hitl_mcp.core.models import Kind, Request
+from hitl_mcp.core.wording import still_waiting
 
 if TYPE_CHECKING:
     from twilio.rest import Client

@@ -12,8 +12,8 @@ from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_v
 from hitl_mcp.channels.base import (
     ChannelConfig,
 )
-from hitl_mcp.durations import bounded
-from hitl_mcp.retry import RetryPolicy
+from hitl_mcp.core.durations import bounded
+from hitl_mcp.core.retry import RetryPolicy
 
 log = logging.getLogger("hitl_mcp.channels.twilio_sms")
 

@@ -34,7 +34,7 @@ from hitl_mcp.channels.twilio_sms.config import (
 )
 from hitl_mcp.channels.twilio_sms.text import _help, _parse, _settled_text, _what, instructions
 from hitl_mcp.channels.twilio_sms.transport import _failure, _MultiParams
-from hitl_mcp.models import Kind, Request, Status
+from hitl_mcp.core.models import Kind, Request, Status
 
 if TYPE_CHECKING:
     from twilio.rest import Client

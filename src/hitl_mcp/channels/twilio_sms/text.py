@@ -12,8 +12,8 @@ from hitl_mcp.channels.base import (
     Delivery,
 )
 from hitl_mcp.channels.twilio_sms.config import CUT_WITH_LINK, MAX_CHARS
-from hitl_mcp.models import Kind, Reply, Request, Status
-from hitl_mcp.wording import answered_what
+from hitl_mcp.core.models import Kind, Reply, Request, Status
+from hitl_mcp.core.wording import answered_what
 
 # ---------------------------------------------------------------------------------- message text
 

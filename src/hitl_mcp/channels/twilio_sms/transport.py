@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from hitl_mcp.channels.twilio_sms.config import TWILIO_API
 from hitl_mcp.channels.twilio_sms.text import _squash
-from hitl_mcp.retry import retry_after
+from hitl_mcp.core.retry import retry_after
 
 # ----------------------------------------------------------------------------------- the transport
 

@@ -15,7 +15,7 @@ from hitl_mcp.channels.webhook import events
 from hitl_mcp.channels.webhook.config import MAX_BODY, Config
 from hitl_mcp.channels.webhook.inbound import REPLAYED, Refusal, read_answer, verify
 from hitl_mcp.channels.webhook.send import new_client, post, require_library
-from hitl_mcp.models import Kind, Reply, Request
+from hitl_mcp.core.models import Kind, Reply, Request
 
 if TYPE_CHECKING:
     import httpx2

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr, field_validator
 
 from hitl_mcp.channels.base import ChannelConfig
-from hitl_mcp.durations import bounded
+from hitl_mcp.core.durations import bounded
 
 INSTALL_HINT = "the webhook channel needs standardwebhooks: pip install 'mcp-hitl[webhook]'"
 #: Standard Webhooks: a receiver refuses a message whose timestamp is further off than this

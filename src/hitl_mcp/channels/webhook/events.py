@@ -13,7 +13,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from hitl_mcp.models import Kind, Request, iso
+from hitl_mcp.core.models import Kind, Request, iso
 
 CREATED = "hitl.request.created"
 REMINDER = "hitl.request.reminder"

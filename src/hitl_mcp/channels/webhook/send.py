@@ -15,7 +15,7 @@ from hitl_mcp import __version__
 from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.channels.webhook.config import INSTALL_HINT, Config
 from hitl_mcp.channels.webhook.events import body_of, signed_headers
-from hitl_mcp.retry import retry_after
+from hitl_mcp.core.retry import retry_after
 
 #: 4xx answers that mean "later", not "never"
 _RETRYABLE_4XX = frozenset({408, 429})

@@ -8,14 +8,14 @@ and the 2025-11-25 design on 2025-11-25 connections.
 - ``core.py``: the 2025-11-25 design (a middleware, and its side of ``tasks/*``).
 """
 
-from hitl_mcp.tasks.extension import (
+from hitl_mcp.mcp.tasks.extension import (
     MISSING_CAPABILITY,
     TASK_TOOLS,
     TasksExtension,
     answering_as_task,
     declares_tasks,
 )
-from hitl_mcp.tasks.wire import EXTENSION
+from hitl_mcp.mcp.tasks.wire import EXTENSION
 
 __all__ = [
     "EXTENSION",

@@ -28,9 +28,10 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
 
-from hitl_mcp.models import Kind, Request, Status, iso, now
-from hitl_mcp.results import to_outcome, tool_result
-from hitl_mcp.tasks.status import TASK_CANCELLED, is_settled, ttl_ms, waiting_message
+from hitl_mcp.core.models import Kind, Request, Status, iso, now
+from hitl_mcp.core.results import to_outcome
+from hitl_mcp.mcp.tasks.status import TASK_CANCELLED, is_settled, ttl_ms, waiting_message
+from hitl_mcp.mcp.tool_results import tool_result
 
 __all__ = ["CORE_VERSION", "RELATED_TASK", "CoreTasks"]
 

@@ -35,14 +35,14 @@ from mcp_types import (
 from mcp_types.jsonrpc import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from hitl_mcp.call_context import AnyContext, client_name, is_modern, principal_of
-from hitl_mcp.errors import NotFound
-from hitl_mcp.host_forms import HostForms
-from hitl_mcp.models import Request, Status, now
-from hitl_mcp.tasks import status
-from hitl_mcp.tasks.core import CORE_VERSION, CoreTasks
-from hitl_mcp.tasks.inputs import TaskForms
-from hitl_mcp.tasks.wire import EXTENSION, TaskIdParams, UpdateTaskParams
+from hitl_mcp.core.errors import NotFound
+from hitl_mcp.core.models import Request, Status, now
+from hitl_mcp.mcp.call_context import AnyContext, client_name, is_modern, principal_of
+from hitl_mcp.mcp.host_forms import HostForms
+from hitl_mcp.mcp.tasks import status
+from hitl_mcp.mcp.tasks.core import CORE_VERSION, CoreTasks
+from hitl_mcp.mcp.tasks.inputs import TaskForms
+from hitl_mcp.mcp.tasks.wire import EXTENSION, TaskIdParams, UpdateTaskParams
 
 __all__ = ["MISSING_CAPABILITY", "TASK_TOOLS", "TasksExtension", "answering_as_task", "declares_tasks"]
 
@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # the broker loads after the start (cold start): only its typ
     from hitl_mcp.broker import Broker
 
 
-log = logging.getLogger("hitl_mcp.tasks")
+log = logging.getLogger("hitl_mcp.mcp.tasks")
 
 #: the tools whose call may become a task: those that wait for a person
 TASK_TOOLS = frozenset({"ask_user", "request_approval", "wait_for_response"})

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 from mcp.types import ElicitRequestFormParams, ElicitRequestURLParams, ElicitResult
 from pydantic import ValidationError
 
-from hitl_mcp.call_context import AnyContext, Mode, asked_here, responder
-from hitl_mcp.host_forms import FORM_ATTEMPTS, HostForms, declined_key, linked_key
-from hitl_mcp.host_window import link_message, render_form
-from hitl_mcp.models import Request
+from hitl_mcp.core.models import Request
+from hitl_mcp.mcp.call_context import AnyContext, Mode, asked_here, responder
+from hitl_mcp.mcp.host_forms import FORM_ATTEMPTS, HostForms, declined_key, linked_key
+from hitl_mcp.mcp.host_window import link_message, render_form
 
 __all__ = ["TaskForms"]
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from hitl_mcp.durations import format_duration
-from hitl_mcp.models import Request, Status, iso, now
-from hitl_mcp.results import to_outcome, tool_result
-from hitl_mcp.tasks.wire import CreateTaskResult, GetTaskResult, Task, TaskStatus
+from hitl_mcp.core.durations import format_duration
+from hitl_mcp.core.models import Request, Status, iso, now
+from hitl_mcp.core.results import to_outcome
+from hitl_mcp.mcp.tasks.wire import CreateTaskResult, GetTaskResult, Task, TaskStatus
+from hitl_mcp.mcp.tool_results import tool_result
 
 __all__ = [
     "TASK_CANCELLED",
