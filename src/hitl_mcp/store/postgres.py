@@ -39,7 +39,7 @@ import asyncpg.pool
 
 from hitl_mcp.core.audit import GENESIS, SETTLING_EVENTS, AuditRow, row_hash
 from hitl_mcp.core.models import Kind, Reply, Request, Settled, Status, now
-from hitl_mcp.core.quorum import count_vote
+from hitl_mcp.core.settle import plan_reply
 from hitl_mcp.core.store import (
     PAUSE_STATE,
     Change,
@@ -644,13 +644,9 @@ class PostgresStore:
         expired: dict[str, Any],
         silent: Collection[str],
     ) -> Settled | None:
-        """For a request with a quorum (``Request.approvals``), a decision is a vote: counted by
-        ``quorum.count_vote`` against the votes the row holds, with the row locked in this
-        transaction, and the request settles only when they decide it (see SqliteStore's)."""
+        """What the reply does is decided by ``core.settle.plan_reply`` on the row as read (locked) in
+        this transaction; this writes it."""
         at = now()
-        credited = {"person": reply.person} if reply.person else {}  # the channel identity is the actor
-        if reply.on_behalf_of:
-            credited["on_behalf_of"] = reply.on_behalf_of
 
         async def work(tx: _Tx) -> Settled | None:
             conn = tx.conn
@@ -665,73 +661,37 @@ class PostgresStore:
                 and current.expires_at <= at
             ):
                 current = await self._settle(tx, current, Status.EXPIRED, "expiry", expired, at, silent)
-            won, fields = False, dict(outcome)
-            votes = current.votes
-            if current.status == Status.PENDING and current.approvals is not None:
-                vote = reply.vote(at)
-                count = count_vote(current.approvals, current.votes, vote, current.payload_sha256)
-                if not count.counted:
-                    await self._reply_row(tx, request_id, reply, at, False, count.reason)
-                    data: dict[str, Any] = {"channel": reply.channel, **credited, "reason": count.reason}
-                    await self._append(tx, request_id, "reply_ignored", reply.responder, data)
-                    return Settled(False, current, count.reason or "")
-                votes = count.votes
-                if count.decision is None:
-                    await conn.execute(
-                        "UPDATE requests SET votes = $1 WHERE id = $2 AND status = 'pending'",
-                        votes_json(votes),
-                        request_id,
-                    )
-                    now_request = current.model_copy(update={"votes": votes})
-                    said = now_request.progress or ""
-                    await self._reply_row(tx, request_id, reply, at, True, f"counted: {said}")
-                    data = {"channel": reply.channel, **credited, "decision": reply.decision}
-                    data.update(comment=reply.comment, progress=said)
-                    await self._append(tx, request_id, "voted", reply.responder, data, at=at)
-                    return Settled(False, now_request, said, counted=True)
-                deciding = votes[-1]  # the vote that reached the decision speaks for the outcome
-                fields = {"approved": count.decision == "approve", "comment": deciding.comment}
-            if current.status == Status.PENDING:
+            plan = plan_reply(current, reply, outcome, at)
+            if plan.votes is not None:
+                await conn.execute(
+                    "UPDATE requests SET votes = $1 WHERE id = $2 AND status = 'pending'",
+                    votes_json(plan.votes),
+                    request_id,
+                )
+            if plan.answer:
+                a = plan.answer
                 done = await conn.fetchval(
                     "UPDATE requests SET status = 'answered', closed_at = $1, answer = $2, choice = $3,"
                     " approved = $4, comment = $5, responder = $6, channel = $7, person = $8,"
                     " on_behalf_of = $9, votes = $10 WHERE id = $11 AND status = 'pending' RETURNING id",
-                    at,
-                    fields.get("answer"),
-                    fields.get("choice"),
-                    fields.get("approved"),
-                    fields.get("comment"),
-                    reply.responder,
-                    reply.channel,
-                    reply.person,
-                    reply.on_behalf_of,
-                    votes_json(votes) if votes else None,
+                    a["closed_at"],
+                    a["answer"],
+                    a["choice"],
+                    a["approved"],
+                    a["comment"],
+                    a["responder"],
+                    a["channel"],
+                    a["person"],
+                    a["on_behalf_of"],
+                    votes_json(a["votes"]) if a["votes"] else None,
                     request_id,
                 )
-                won = done is not None
-            reason = None if won else f"request was already {current.status.value}"
-            await self._reply_row(tx, request_id, reply, at, won, reason)
-            if not won:
-                data = {"channel": reply.channel, **credited, "reason": reason}
-                await self._append(tx, request_id, "reply_rejected", reply.responder, data)
-                return Settled(False, current)
-            data = {"channel": reply.channel, **credited}
-            data.update({k: v for k, v in fields.items() if v is not None})
-            if votes:
-                data["votes"] = [f"{v.person}: {v.decision}" for v in votes]
-            await self._append(tx, request_id, "answered", reply.responder, data, at=at)
-            await self._queue_retractions(tx, request_id, at, silent)
-            update = {name: fields.get(name) for name in ("answer", "choice", "approved", "comment")}
-            update.update(
-                status=Status.ANSWERED,
-                closed_at=at,
-                responder=reply.responder,
-                channel=reply.channel,
-                person=reply.person,
-                on_behalf_of=reply.on_behalf_of,
-                votes=votes,
-            )
-            return Settled(True, current.model_copy(update=update))  # what the UPDATE wrote
+                assert done is not None  # the row is pending and locked by this transaction
+            await self._reply_row(tx, request_id, reply, at, plan.won, plan.reason)
+            await self._append(tx, request_id, plan.event, reply.responder, plan.data, at=at)
+            if plan.answer:
+                await self._queue_retractions(tx, request_id, at, silent)
+            return plan.settled
 
         return await self._write(work)
 

@@ -29,7 +29,7 @@ import anyio.to_thread
 
 from hitl_mcp.core.audit import GENESIS, SETTLING_EVENTS, AuditRow, row_hash
 from hitl_mcp.core.models import Kind, Reply, Request, Settled, Status, now
-from hitl_mcp.core.quorum import count_vote
+from hitl_mcp.core.settle import plan_reply
 from hitl_mcp.core.store import (
     PAUSE_STATE,
     Change,
@@ -634,13 +634,9 @@ class SqliteStore:
         expired: dict[str, Any],
         silent: Collection[str],
     ) -> Settled | None:
-        """For a request with a quorum (``Request.approvals``), a decision is a vote: counted by
-        ``quorum.count_vote`` against the votes the row holds, in this transaction, and the request
-        settles only when they decide it."""
+        """What the reply does is decided by ``core.settle.plan_reply`` on the row as read in this
+        transaction; this writes it."""
         at = now()
-        credited = {"person": reply.person} if reply.person else {}  # the channel identity is the actor
-        if reply.on_behalf_of:
-            credited["on_behalf_of"] = reply.on_behalf_of
 
         def work(db: sqlite3.Connection) -> Any:
             with self._settling(db):
@@ -654,79 +650,38 @@ class SqliteStore:
                     and current.expires_at <= at
                 ):
                     current = self._settle(db, current, Status.EXPIRED, "expiry", expired, at, silent)
-                won, fields, reason = False, dict(outcome), None
-                votes = current.votes
-                if current.status == Status.PENDING and current.approvals is not None:
-                    vote = reply.vote(at)
-                    count = count_vote(current.approvals, current.votes, vote, current.payload_sha256)
-                    if not count.counted:
-                        self._reply_row(db, request_id, reply, at, False, count.reason)
-                        data: dict[str, Any] = {"channel": reply.channel, **credited, "reason": count.reason}
-                        self._append(db, request_id, "reply_ignored", reply.responder, data)
-                        return Settled(False, current, count.reason or "")
-                    votes = count.votes
-                    if count.decision is None:
-                        db.execute(
-                            "UPDATE requests SET votes = ? WHERE id = ? AND status = 'pending'",
-                            (votes_json(votes), request_id),
-                        )
-                        now_request = current.model_copy(update={"votes": votes})
-                        said = now_request.progress or ""
-                        self._reply_row(db, request_id, reply, at, True, f"counted: {said}")
-                        data = {"channel": reply.channel, **credited, "decision": reply.decision}
-                        data.update(comment=reply.comment, progress=said)
-                        self._append(db, request_id, "voted", reply.responder, data, at=at)
-                        return Settled(False, now_request, said, counted=True)
-                    deciding = votes[-1]  # the vote that reached the decision speaks for the outcome
-                    fields = {"approved": count.decision == "approve", "comment": deciding.comment}
-                if current.status == Status.PENDING:
+                plan = plan_reply(current, reply, outcome, at)
+                if plan.votes is not None:
+                    db.execute(
+                        "UPDATE requests SET votes = ? WHERE id = ? AND status = 'pending'",
+                        (votes_json(plan.votes), request_id),
+                    )
+                if plan.answer:
+                    a = plan.answer
                     cursor = db.execute(
                         "UPDATE requests SET status = 'answered', closed_at = ?, answer = ?, choice = ?,"
                         " approved = ?, comment = ?, responder = ?, channel = ?, person = ?,"
                         " on_behalf_of = ?, votes = ? WHERE id = ? AND status = 'pending'",
                         (
-                            at,
-                            fields.get("answer"),
-                            fields.get("choice"),
-                            fields.get("approved"),
-                            fields.get("comment"),
-                            reply.responder,
-                            reply.channel,
-                            reply.person,
-                            reply.on_behalf_of,
-                            votes_json(votes) if votes else None,
+                            a["closed_at"],
+                            a["answer"],
+                            a["choice"],
+                            a["approved"],
+                            a["comment"],
+                            a["responder"],
+                            a["channel"],
+                            a["person"],
+                            a["on_behalf_of"],
+                            votes_json(a["votes"]) if a["votes"] else None,
                             request_id,
                         ),
                     )
-                    won = cursor.rowcount == 1
-                reason = None if won else f"request was already {current.status.value}"
-                self._reply_row(db, request_id, reply, at, won, reason)
-                if not won:
-                    self._append(
-                        db,
-                        request_id,
-                        "reply_rejected",
-                        reply.responder,
-                        {"channel": reply.channel, **credited, "reason": reason},
-                    )
-                    return Settled(False, current)
-                data = {"channel": reply.channel, **credited}
-                data.update({k: v for k, v in fields.items() if v is not None})
-                if votes:
-                    data["votes"] = [f"{v.person}: {v.decision}" for v in votes]
-                self._append(db, request_id, "answered", reply.responder, data, at=at)
-                self._queue_retractions(db, request_id, at, silent)
-                update = {name: fields.get(name) for name in ("answer", "choice", "approved", "comment")}
-                update.update(
-                    status=Status.ANSWERED,
-                    closed_at=at,
-                    responder=reply.responder,
-                    channel=reply.channel,
-                    person=reply.person,
-                    on_behalf_of=reply.on_behalf_of,
-                    votes=votes,
-                )
-                return Settled(True, current.model_copy(update=update))  # what the UPDATE wrote
+                    assert cursor.rowcount == 1  # the row is pending and this transaction holds the lock
+                self._reply_row(db, request_id, reply, at, plan.won, plan.reason)
+                self._append(db, request_id, plan.event, reply.responder, plan.data, at=at)
+                if plan.answer:
+                    self._queue_retractions(db, request_id, at, silent)
+                return plan.settled
 
         return await self._run(work)
 
