@@ -227,7 +227,7 @@ async def test_delegates_set_in_the_config_and_at_run_time_verify_intact(
     away = Delegation.model_validate({"from": "owner", "to": "backup", "until": at + 3600})  # the config's
     # lead is away too, set at run time as `hitl-mcp delegate lead deputy` does: the step for lead goes to sms
     await delegation.put(
-        db.store, "lead", "deputy", at + 3600, people=PEOPLE, configured=[away], actor="lead (cli)", at=at
+        db.store, "lead", "deputy", at + 3600, people=PEOPLE, configured=[away], actor="lead (terminal)", at=at
     )
     factories = [channel("mail"), channel("desk"), channel("sms")]
     async with channel_broker(tmp_path, channel("push"), also=factories, store=db.store) as broker:
@@ -244,7 +244,7 @@ async def test_delegates_set_in_the_config_and_at_run_time_verify_intact(
         await kit_channel(broker, "mail").reply(request.id, responder="backup@example.com", text="no")
         answered = await broker.get_or_raise(request.id)
         assert (answered.person, answered.on_behalf_of) == ("backup", "owner")
-        assert [d.from_ for d in await delegation.end(db.store, "lead", "lead (cli)", now())] == ["lead"]
+        assert [d.from_ for d in await delegation.end(db.store, "lead", "lead (terminal)", now())] == ["lead"]
         assert await problems(db.store) == []
 
     seq = await seq_of(db.store, request.id, "answered")

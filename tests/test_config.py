@@ -81,7 +81,7 @@ def test_minimal_yaml_is_the_embedded_default() -> None:
 def test_starter_yaml_loads() -> None:
     text = starter_config_text()
     assert text.startswith("# hitl-mcp config")
-    assert text == (ROOT / "src" / "hitl_mcp" / "starter.yaml").read_text(encoding="utf-8")
+    assert text == (ROOT / "src" / "hitl_mcp" / "config" / "starter.yaml").read_text(encoding="utf-8")
     config = parse_config(text, source="hitl.yaml", env={"HITL_WEB_TOKEN": "x" * 24})
     assert config.channel_names() == ["web", "elicitation"]
     assert effective_config(config) == effective_config(load_config(None))

@@ -220,7 +220,7 @@ async def test_the_cli_sets_lists_and_ends_for_every_process(tmp_path: Path, sta
         request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Ship?", to=["owner"]))
         assert request.channels == ["push"]
         (stored,) = await delegation.stored(broker.store)
-        assert stored.set_by is not None and stored.set_by.endswith("(cli)")
+        assert stored.set_by is not None and stored.set_by.endswith("(terminal)")
 
     code, out, err = await cli(state_dir, "delegate", "--list", *c)
     assert code == 0, err
@@ -256,7 +256,7 @@ async def test_the_cli_sets_lists_and_ends_for_every_process(tmp_path: Path, sta
         ("delegation_set", {"from": "owner", "to": "backup", "until": iso(delegation.when("2099-01-01"))}),
         ("delegation_ended", {"from": "owner", "to": "backup"}),
     ]
-    assert all(actor and actor.endswith("(cli)") for _, actor, _ in rows)
+    assert all(actor and actor.endswith("(terminal)") for _, actor, _ in rows)
 
 
 async def put_for_an_hour(store: Store, person: str, at: float) -> None:
@@ -316,7 +316,7 @@ delegations:
 """
     async with running(state_dir, make_config(people)) as rt, browser_like(rt) as web:
         broker = await rt.broker()
-        by_cli = away("backup", "lead", end=now() + 60).model_copy(update={"set_by": "ana (cli)"})
+        by_cli = away("backup", "lead", end=now() + 60).model_copy(update={"set_by": "ana (terminal)"})
         await delegation.store(broker.store, [by_cli])
         page = (await web.get("/")).text
         assert "owner → backup" in page and "backup → lead" in page

@@ -178,7 +178,7 @@ def test_examples_run_from_a_clone() -> None:
 
 # --- consistency ------------------------------------------------------------------------------------
 
-TEXTS = [README, *DOCS, *CONFIGS, ROOT / "src" / "hitl_mcp" / "starter.yaml"]
+TEXTS = [README, *DOCS, *CONFIGS, ROOT / "src" / "hitl_mcp" / "config" / "starter.yaml"]
 
 
 @pytest.mark.parametrize("path", TEXTS, ids=_name)

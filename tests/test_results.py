@@ -23,7 +23,7 @@ WAIT = (
     f"No reply yet; this is normal. Call wait_for_response with request_id '{RID}' to keep waiting. "
     "Do not ask again: the person already has the request."
 )
-WITHDRAWN = "The request was withdrawn; no answer will come. Do not act on it."
+WITHDRAWN = "The request was cancelled; no answer will come. Do not act on it."
 
 
 def request(kind: Kind, status: Status, **fields: Any) -> Request:

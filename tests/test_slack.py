@@ -401,7 +401,7 @@ async def test_cancel_and_expiry_replace_the_buttons(
         first = await delivered(stand, broker, withdrawn)
         await broker.cancel(withdrawn.id, "solved it myself", "agent")
         await until(lambda: first.versions, stand.changes)
-        assert ":wastebasket: Withdrawn by the agent\n> solved it myself" in first.all_text()
+        assert ":wastebasket: Cancelled by the agent\n> solved it myself" in first.all_text()
         lapsed, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Ship it"))
         second = await delivered(stand, broker, lapsed)
         await broker.expire(lapsed.id)

@@ -39,7 +39,7 @@ def cmd_delegate(args: argparse.Namespace) -> int:
         raise CliError(
             "say one thing: `delegate PERSON TO --until WHEN`, `delegate --list` or `delegate --end PERSON`"
         )
-    actor = f"{getpass.getuser()} (cli)"
+    actor = f"{getpass.getuser()} (terminal)"
 
     async def go() -> int:
         async with open_broker(args) as broker:

@@ -138,27 +138,16 @@ def waiting_line(r: Any) -> str:
 
 
 def outcome_words(r: Any) -> str:
-    """What became of a request, in a few words: ``approved by alice via slack at 2026-...``."""
-    from hitl_mcp.core.models import Kind, Status, iso
+    """What became of a request, in a few words (``wording.fate``): ``approved by alice via slack at
+    2026-...``."""
+    from hitl_mcp.core.models import Status, iso
+    from hitl_mcp.core.wording import fate
 
-    by = f" by {one_line(r.responder)}" if r.responder else ""
-    via = f" via {one_line(r.channel)}" if r.channel else ""
-    at = f" at {iso(r.closed_at)}" if r.closed_at else ""
-    if r.status == Status.ANSWERED:
-        if r.kind == Kind.APPROVAL:
-            return f"{'approved' if r.approved else 'denied'}{by}{via}{at}"
-        return f"answered “{one_line(r.answer)}”{by}{via}{at}"
-    if r.status == Status.EXPIRED:
-        if r.kind == Kind.APPROVAL:
-            return f"expired with no answer{at}: not approved"
-        if r.answer is not None:
-            return f"expired with no answer{at}: the default answer “{one_line(r.answer)}” applied"
-        return f"expired with no answer{at}"
-    if r.status == Status.CANCELLED:
-        return f"cancelled{by}{at}"
     if r.status == Status.NOTIFIED:
         return f"notification, sent to {', '.join(r.channels) or 'no channel'} at {iso(r.created_at)}"
-    return f"pending since {iso(r.created_at)}"
+    if r.status == Status.PENDING:
+        return f"pending since {iso(r.created_at)}"
+    return one_line(fate(r, quote=str, when=f" at {iso(r.closed_at)}" if r.closed_at else ""))
 
 
 # ------------------------------------------------------------------------------------------- show

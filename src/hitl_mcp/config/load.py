@@ -216,4 +216,4 @@ def effective_config(config: Config) -> dict[str, Any]:
 
 def starter_config_text() -> str:
     """The commented starter config that ``hitl-mcp init`` writes."""
-    return resources.files("hitl_mcp").joinpath("starter.yaml").read_text(encoding="utf-8")
+    return resources.files("hitl_mcp.config").joinpath("starter.yaml").read_text(encoding="utf-8")

@@ -82,7 +82,7 @@ def next_step(
             f"Do not ask again: the person already has the request.{where}"
         )
     if request.status == Status.CANCELLED:
-        return "The request was withdrawn; no answer will come. Do not act on it."
+        return "The request was cancelled; no answer will come. Do not act on it."
     if request.kind == Kind.APPROVAL:
         if request.status == Status.ANSWERED and request.approved:
             return "Approved: go ahead with exactly the action that was approved, and nothing more."

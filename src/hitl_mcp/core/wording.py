@@ -53,6 +53,38 @@ def expired(request: Request, shown: Callable[[str], str] = str) -> str:
     return "Expired — no answer"
 
 
+def cancelled_by(request: Request) -> str:
+    """``cancelled by the agent`` (or whoever cancelled it): "cancelled", the one word for a request
+    withdrawn before anyone answered, on every face."""
+    return f"cancelled by {request.responder or 'the agent'}"
+
+
+def fate(request: Request, *, quote: Callable[[str], str] | None = None, when: str = "") -> str:
+    """What became of a request, as every face says it (in lower case: a face capitalises it, or adds
+    an emoji): ``approved by alice via slack``, ``answered “eu-west-1” by …``, ``expired with no
+    answer: not approved``, ``cancelled by the agent``, ``waiting for an answer``. ``quote`` shows an
+    answer for the medium (None: the answer is not repeated); ``when`` (``" at 10:02"``) goes after
+    the event, before what it means."""
+    if request.status == Status.PENDING:
+        return "waiting for an answer"
+    if request.status == Status.ANSWERED:
+        by_and_via = by_via(request.responder, request.channel)
+        if request.kind == Kind.APPROVAL:
+            return f"{verdict(request.approved)}{by_and_via}{when}"
+        said = f" “{quote(request.answer or '')}”" if quote is not None else ""
+        return f"answered{said}{by_and_via}{when}"
+    if request.status == Status.EXPIRED:
+        if request.kind == Kind.APPROVAL:
+            return f"expired with no answer{when}: not approved"
+        if request.answer is not None:
+            default = f" “{quote(request.answer)}”" if quote is not None else ""
+            return f"expired with no answer{when}: the default answer{default} applied"
+        return f"expired with no answer{when}"
+    if request.status == Status.CANCELLED:
+        return f"{cancelled_by(request)}{when}"
+    return "a notification"
+
+
 def still_waiting(text: str) -> str:
     """A reminder of a request nobody has answered yet: ``Still waiting: <the question>``."""
     return f"Still waiting: {text}"

@@ -15,7 +15,7 @@ from markupsafe import Markup, escape
 
 from hitl_mcp.core.models import Kind, Request, Status
 from hitl_mcp.core.principal import of_owner
-from hitl_mcp.core.wording import by_via, verdict
+from hitl_mcp.core.wording import fate
 
 HISTORY_STATUSES = (Status.ANSWERED, Status.EXPIRED, Status.CANCELLED)
 HISTORY_KINDS = (Kind.QUESTION, Kind.APPROVAL)
@@ -150,35 +150,18 @@ def agent_groups(requests: Iterable[Request]) -> list[AgentGroup]:
 
 
 def outcome_line(request: Request) -> str:
-    """The outcome in a few words, e.g. 'Approved by web inbox user via web'."""
-    by_and_via = by_via(request.responder, request.channel)
-    if request.status == Status.PENDING:
-        return "Waiting for an answer"
-    if request.status == Status.ANSWERED:
-        if request.kind == Kind.APPROVAL:
-            return f"{verdict(request.approved).capitalize()}{by_and_via}"
-        return f"Answered{by_and_via}"
-    if request.status == Status.EXPIRED:
-        if request.kind == Kind.APPROVAL:
-            return "Expired with no answer: not approved"
-        if request.answer is not None:
-            return "Expired with no answer: the default answer applied"
-        return "Expired with no answer"
-    if request.status == Status.CANCELLED:
-        return f"Withdrawn by {request.responder or 'the agent'}"
-    return "Notification"
+    """The outcome in a few words, e.g. 'Approved by web inbox user via web' (``wording.fate``)."""
+    if request.status == Status.NOTIFIED:
+        return "Notification"
+    line = fate(request)
+    return line[:1].upper() + line[1:]
 
 
 def already_line(request: Request) -> str:
     """Why a late answer changed nothing: who settled the request, how and when."""
-    at = clock(request.closed_at)
-    if request.status == Status.ANSWERED:
-        return f"Already answered by {request.responder} via {request.channel} at {at}."
-    if request.status == Status.EXPIRED:
-        return f"Already expired at {at}, with no answer."
-    if request.status == Status.CANCELLED:
-        return f"Already withdrawn by {request.responder or 'the agent'} at {at}."
-    return "A notification takes no answer."
+    if request.status == Status.NOTIFIED:
+        return "A notification takes no answer."
+    return f"Already {fate(request, when=f' at {clock(request.closed_at)}')}."
 
 
 @dataclass(frozen=True)

@@ -152,7 +152,7 @@ def outcome(request: Request, own: str) -> tuple[str, str]:
     if request.status == Status.EXPIRED:
         return "hourglass", expired(request, lambda answer: _clip(answer, 500))
     if request.status == Status.CANCELLED:
-        return "wastebasket", f"Withdrawn by the agent{comment}"
+        return "wastebasket", f"Cancelled by the agent{comment}"
     return "grey_question", f"Closed ({request.status.value})"
 
 

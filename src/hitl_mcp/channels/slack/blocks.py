@@ -144,7 +144,7 @@ def outcome_line(request: Request, own: str) -> str:
     if request.status == Status.EXPIRED:
         return ":hourglass: " + expired(request, lambda answer: _esc(_clip(answer, 500)))
     if request.status == Status.CANCELLED:
-        return f":wastebasket: Withdrawn by the agent{comment}"
+        return f":wastebasket: Cancelled by the agent{comment}"
     return f"Closed ({request.status.value})"
 
 

@@ -214,7 +214,7 @@ def outcome_line(request: Request, own: str) -> str:
     if request.status == Status.EXPIRED:
         return "⌛ " + expired(request, lambda answer: _esc(_clip(answer, 500)))
     if request.status == Status.CANCELLED:
-        return f"🗑️ Withdrawn by the agent{comment}"
+        return f"🗑️ Cancelled by the agent{comment}"
     return f"Closed ({_esc(request.status.value)})"
 
 

@@ -494,7 +494,7 @@
 
   // a request that left the inbox without being answered here: say what became of it
   async function announceGone(id, text) {
-    let what = { answered: "was answered elsewhere", expired: "expired", cancelled: "was withdrawn" }[
+    let what = { answered: "was answered elsewhere", expired: "expired", cancelled: "was cancelled" }[
       lastEvent.get(id)
     ];
     try {
@@ -511,7 +511,7 @@
         } else if (request.status === "expired") {
           what = "expired";
         } else if (request.status === "cancelled") {
-          what = "was withdrawn by the agent";
+          what = "was cancelled by the agent";
         }
       }
     } catch (_) {
