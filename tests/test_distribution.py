@@ -48,6 +48,8 @@ SCHEMA_SHA256 = "3fba09590c99f61735d234822279f4223fab9e300c0a81e81c91ab62a4114de
 MANIFEST = ROOT / "packaging" / "mcpb" / "manifest.json"
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 EXAMPLES = sorted((ROOT / "examples").glob("*.json"))
+#: hosts that start the server themselves over stdio; the others (*.http.*) reach a running one
+STDIO_EXAMPLES = [p for p in EXAMPLES if ".http." not in p.name]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 CLONE = "/path/to/hitl-mcp"  # the examples' stand-in for the clone's absolute path
 NO: dict[str, str] = {}  # an empty transport
@@ -157,8 +159,13 @@ def test_published_forms_are_marked_and_beside_one_that_works_today(path: Path) 
 
 
 def test_examples_run_from_a_clone() -> None:
-    """One file per host, each running the clone; scripts/dist_check.py runs that command in CI."""
-    assert {p.name for p in EXAMPLES} == {
+    """One file per host, each running the clone; scripts/dist_check.py runs that command in CI.
+    (The HTTP ones, to a running server with an agent token, are run by test_example_claude_code.)"""
+    assert {p.name for p in EXAMPLES} - {p.name for p in STDIO_EXAMPLES} == {
+        "claude-code.http.mcp.json",
+        "vscode.http.mcp.json",
+    }
+    assert {p.name for p in STDIO_EXAMPLES} == {
         "claude_desktop_config.json",
         "claude-code.mcp.json",
         "vscode.mcp.json",
@@ -166,7 +173,7 @@ def test_examples_run_from_a_clone() -> None:
         "windsurf.mcp_config.json",
     }
     readme, hosts = README.read_text(), (ROOT / "docs" / "hosts.md").read_text()
-    for path in EXAMPLES:
+    for path in STDIO_EXAMPLES:
         data = _json(path)
         entry = (data.get("mcpServers") or data["servers"])["hitl"]
         assert [entry["command"], *entry["args"]] == ["uvx", "--from", CLONE, "hitl-mcp", "serve"], path.name
@@ -195,8 +202,12 @@ def test_one_name_for_the_web_token() -> None:
     auth = (ROOT / "src" / "hitl_mcp" / "web" / "auth.py").read_text()
     assert 'env.get("HITL_WEB_TOKEN")' in auth
     for path in [*TEXTS, *EXAMPLES, MANIFEST, SERVER_JSON]:
-        other = set(re.findall(r"\bHITL_[A-Z_]*TOKEN\b", path.read_text())) - {"HITL_WEB_TOKEN"}
-        assert not other, f"{path.name} names the web token {other}"
+        # the web token's one name, and the agent token's (the hook's, and the HTTP examples')
+        other = set(re.findall(r"\bHITL_[A-Z_]*TOKEN\b", path.read_text())) - {
+            "HITL_WEB_TOKEN",
+            "HITL_AGENT_TOKEN",
+        }
+        assert not other, f"{path.name} names a token {other}"
 
 
 # --- server.json and the registry's schema ------------------------------------------------------
