@@ -227,7 +227,14 @@ async def test_delegates_set_in_the_config_and_at_run_time_verify_intact(
     away = Delegation.model_validate({"from": "owner", "to": "backup", "until": at + 3600})  # the config's
     # lead is away too, set at run time as `hitl-mcp delegate lead deputy` does: the step for lead goes to sms
     await delegation.put(
-        db.store, "lead", "deputy", at + 3600, people=PEOPLE, configured=[away], actor="lead (terminal)", at=at
+        db.store,
+        "lead",
+        "deputy",
+        at + 3600,
+        people=PEOPLE,
+        configured=[away],
+        actor="lead (terminal)",
+        at=at,
     )
     factories = [channel("mail"), channel("desk"), channel("sms")]
     async with channel_broker(tmp_path, channel("push"), also=factories, store=db.store) as broker:
