@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from hitl_mcp.core.store import StoreError
+from hitl_mcp.core.records import StoreError
 from hitl_mcp.kit.net import redact
 
 if TYPE_CHECKING:
