@@ -12,7 +12,7 @@ RUN_STAMP := $(VENV)/.installed-all-$(HASH)
 DOCS_STAMP := $(VENV)/.installed-docs-$(HASH)
 TEST_STAMP := $(VENV)/.installed-test-$(HASH)
 DIST_STAMP := $(VENV)/.installed-dist-$(HASH)
-# the Node clients of tests/test_ts_client.py, exactly as locked
+# the Node clients of tests/e2e/test_ts_client.py, exactly as locked
 TS_DEPS := tests/ts/node_modules/.package-lock.json
 # the mcpb CLI that packs and validates the Claude Desktop bundle, exactly as locked
 MCPB := tools/node_modules/.bin/mcpb

@@ -16,13 +16,13 @@ from hitl_mcp.channels.base import Delivery
 from hitl_mcp.core.escalation import Policy
 from hitl_mcp.core.ladders import LadderConfig
 from hitl_mcp.core.models import Kind, Status
+from tests.channels.test_webhook import hook_config, hooked, receiver, schema_check  # noqa: F401 (receiver: a fixture)
 from tests.support.events import until
 from tests.support.harness import channel_broker, sent_row, watching
 from tests.support.serve import serving
 from tests.support.slack import APP_TOKEN, BOT_TOKEN, CHANNEL, SlackStandin
 from tests.support.telegram_standin import BOT_TOKEN as TG_TOKEN
 from tests.support.telegram_standin import GROUP, SAM, TelegramStandin
-from tests.test_webhook import hook_config, hooked, receiver, schema_check  # noqa: F401 (receiver: a fixture)
 
 pytestmark = pytest.mark.anyio
 
@@ -111,7 +111,7 @@ async def test_telegram_reminds_as_a_reply_which_can_be_answered(tmp_path: Path)
 
 
 async def test_sms_reminds_once_per_number_with_the_reply_code(tmp_path: Path) -> None:
-    from tests.test_twilio_sms import ALICE, twilio_and_world
+    from tests.channels.test_twilio_sms import ALICE, twilio_and_world
 
     async with twilio_and_world(tmp_path) as w:
         remind_after_ten_minutes(w.broker)
@@ -131,8 +131,8 @@ async def test_sms_reminds_once_per_number_with_the_reply_code(tmp_path: Path) -
 
 
 async def test_email_reminds_in_the_thread_once_per_recipient(state_dir: Path, certs: Any, smtp: Any) -> None:
+    from tests.channels.test_email import ALICE, BOB, PUBLIC_URL, ask, email_config, plain
     from tests.conftest import running
-    from tests.test_email import ALICE, BOB, PUBLIC_URL, ask, email_config, plain
 
     async with running(state_dir, email_config(smtp.port, certs, public_url=PUBLIC_URL)) as rt:
         broker = await rt.broker()

@@ -16,7 +16,6 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from mcp import Client
 from mcp.types import Implementation
 
 from hitl_mcp.broker import AskDefaults, Broker
@@ -29,6 +28,7 @@ from hitl_mcp.core.errors import BrokerError
 from hitl_mcp.core.models import Kind, Status, now
 from hitl_mcp.core.rules import check_pattern, exactly, matches, subject
 from hitl_mcp.core.store import RuleRow
+from mcp import Client
 from tests.conftest import (
     TOKEN,
     api_client,
@@ -44,9 +44,9 @@ from tests.conftest import (
     write_config,
 )
 from tests.conftest import cli as hitl
+from tests.mcp.test_elicitation import browser, csrf_of
 from tests.support.harness import channel_broker
 from tests.support.meeting import meeting_stores
-from tests.test_elicitation import browser, csrf_of
 
 pytestmark = pytest.mark.anyio
 
@@ -415,8 +415,8 @@ async def test_a_high_risk_rule_from_the_form_needs_its_confirmation(state_dir: 
 async def test_slack_approve_and_remember_makes_the_default_rule(
     state_dir: Path, slack_standin: tuple[Any, str]
 ) -> None:
+    from tests.channels.test_slack import SAM, buttons, delivered, form, http_config
     from tests.support.slack import sign
-    from tests.test_slack import SAM, buttons, delivered, form, http_config
 
     stand, url = slack_standin
     async with running(state_dir, make_config(http_config(url))) as rt, api_client(rt) as api:
@@ -443,10 +443,10 @@ async def test_slack_approve_and_remember_makes_the_default_rule(
 
 
 async def test_telegram_approve_and_remember_makes_the_default_rule(tmp_path: Path) -> None:
+    from tests.channels.test_telegram import delivered, tg, tg_config
     from tests.support.harness import channel_broker
     from tests.support.serve import serving
     from tests.support.telegram_standin import SAM, TelegramStandin
-    from tests.test_telegram import delivered, tg, tg_config
 
     stand = TelegramStandin()
     async with serving(stand.app) as url, channel_broker(tmp_path, tg(tg_config(url))) as broker:

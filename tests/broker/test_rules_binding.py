@@ -26,11 +26,11 @@ from hitl_mcp.core.models import Request, Status, now
 from hitl_mcp.core.store import Store
 from hitl_mcp.runtime import Runtime
 from hitl_mcp.store.sqlite import SqliteStore
+from tests.broker.test_rules import approval
 from tests.conftest import cli as hitl
 from tests.conftest import running
+from tests.mcp.test_elicitation import browser, csrf_of
 from tests.support.postgres import Cluster
-from tests.test_elicitation import browser, csrf_of
-from tests.test_rules import approval
 
 pytestmark = pytest.mark.anyio
 

@@ -14,10 +14,10 @@ import pytest
 
 from hitl_mcp.core.models import Status
 from hitl_mcp.core.rules import MAX_PATTERN_CHARS, MAX_PATTERN_DEPTH
+from tests.broker.test_rules import approval
 from tests.conftest import cli as hitl
 from tests.conftest import running
-from tests.test_elicitation import browser, csrf_of
-from tests.test_rules import approval
+from tests.mcp.test_elicitation import browser, csrf_of
 
 pytestmark = pytest.mark.anyio
 

@@ -23,7 +23,6 @@ import anyio.to_thread
 import httpx2
 import jsonschema
 import pytest
-from mcp import Client
 from standardwebhooks import Webhook, WebhookVerificationError
 from starlette.applications import Starlette
 from starlette.requests import Request as HttpRequest
@@ -38,6 +37,7 @@ from hitl_mcp.config import ConfigError, parse_config
 from hitl_mcp.core.escalation import Policy
 from hitl_mcp.core.models import Kind, Request, Status
 from hitl_mcp.core.quorum import Quorum
+from mcp import Client
 from tests.conftest import PYTHON, TOKEN, api_client, make_config, running
 from tests.support.agent import approval_while
 from tests.support.events import Changes, until
@@ -46,7 +46,7 @@ from tests.support.serve import serving
 
 pytestmark = pytest.mark.anyio
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "docs" / "channels" / "webhook"
 SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # 24 bytes, as the spec's own example
 OTHER = "whsec_" + "c2VjcmV0LXRoYXQtaXMtbm90LXRoZS1jaGFubmVscw=="

@@ -28,7 +28,7 @@ from hitl_mcp.config import (
     starter_config_text,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-Tok3n-value-9f8e7d"
 
 

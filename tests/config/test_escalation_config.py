@@ -225,7 +225,7 @@ def test_a_person_without_an_identity_on_that_channel_cannot_be_allowed() -> Non
 def test_the_worked_example_in_the_docs_is_a_valid_config() -> None:
     from pathlib import Path
 
-    page = (Path(__file__).resolve().parent.parent / "docs" / "escalation.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "escalation.md").read_text()
     example = page.split("```yaml\n", 1)[1].split("```", 1)[0]
     env = {
         "NTFY_TOPIC": "hitl-x",

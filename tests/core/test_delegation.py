@@ -31,7 +31,7 @@ from hitl_mcp.core.store import Store
 from tests.conftest import cli, make_config, running
 from tests.support.harness import channel_broker
 from tests.support.meeting import meeting_stores
-from tests.test_inbox_pages import browser_like, csrf, form
+from tests.web.test_inbox_pages import browser_like, csrf, form
 
 pytestmark = pytest.mark.anyio
 

@@ -23,12 +23,12 @@ import anyio
 import httpx2
 import jsonschema
 import pytest
-from mcp import Client
 
 from hitl_mcp import __version__
 from hitl_mcp.channels import channel_types
 from hitl_mcp.cli.main import build_parser
 from hitl_mcp.config import ConfigError, parse_config, resolve_http_port
+from mcp import Client
 from tests.conftest import (
     PYTHON,
     ROOT,
@@ -488,7 +488,7 @@ def test_docs_pages_have_no_repeated_sections(path: Path) -> None:
 
 @pytest.mark.parametrize("path", [README, ROOT / "docs" / "hosts.md"], ids=_name)
 def test_inspector_examples_use_the_inspector_the_tests_run(path: Path) -> None:
-    """tests/test_ts_client.py drives this Inspector version's CLI: its options, then `--`, then the
+    """tests/e2e/test_ts_client.py drives this Inspector version's CLI: its options, then `--`, then the
     server's command (whose --config is not the Inspector's)."""
     pinned = _json(ROOT / "tests" / "ts" / "package.json")["dependencies"]["@modelcontextprotocol/inspector"]
     commands = re.findall(r"npx (.*?)(?<!\\)\n", path.read_text().replace("\\\n", " "))

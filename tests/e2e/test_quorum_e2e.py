@@ -29,7 +29,7 @@ from tests.conftest import (
     text_of,
     write_config,
 )
-from tests.test_inbox_pages import browser_like, csrf, form
+from tests.web.test_inbox_pages import browser_like, csrf, form
 
 pytestmark = pytest.mark.anyio
 

@@ -28,21 +28,21 @@ import anyio
 import httpx2
 import pytest
 import yaml
-from mcp import Client, MCPError
-from mcp import types as mcp_types
 from starlette.applications import Starlette
 from starlette.routing import Route
 
 from hitl_mcp.config import parse_config
 from hitl_mcp.mcp.host_forms import FORM_KEY
 from hitl_mcp.store.anchor import ANCHOR_FILE
+from mcp import Client, MCPError
+from mcp import types as mcp_types
+from tests.channels.test_webhook import SECRET, Receiver, signed
 from tests.conftest import ROOT, cli, sc
+from tests.mcp.test_elicitation import Host, accept
 from tests.support.events import Changes, until
 from tests.support.replicas import Replica, ReplicaSet, replica_set
 from tests.support.serve import serving
 from tests.support.telegram_standin import BOT_TOKEN, SAM, TelegramStandin
-from tests.test_elicitation import Host, accept
-from tests.test_webhook import SECRET, Receiver, signed
 
 pytestmark = pytest.mark.anyio
 

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import anyio
 import pytest
-from mcp import Client
 from mcp.types import Implementation
 
 from hitl_mcp.broker import AskDefaults, Broker
 from hitl_mcp.core.models import Reply
 from hitl_mcp.store.sqlite import SqliteStore
+from mcp import Client
 from tests.conftest import TOKEN, bearer, free_port, serve_args, server_env, server_process, text_of
-from tests.test_elicitation import Host, accept
-from tests.test_proxy import MARKER, Gate, connected
-from tests.test_tasks import raw
+from tests.gate.test_proxy import MARKER, Gate, connected
+from tests.mcp.test_elicitation import Host, accept
+from tests.mcp.test_tasks import raw
 
 pytestmark = pytest.mark.anyio
 

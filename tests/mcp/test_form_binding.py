@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
 from mcp.types import Implementation
 
 from hitl_mcp.core.asks import AskSpec
 from hitl_mcp.core.models import Kind, Status
+from mcp import Client
 from tests.conftest import TOKEN, bearer, running, sc
+from tests.mcp.test_elicitation import Host, accept, form_config
+from tests.mcp.test_tasks import MODERN, tasks_client
 from tests.tasks_client import get_task, start_task, update_task
-from tests.test_elicitation import Host, accept, form_config
-from tests.test_inbox_pages import serve_inbox
-from tests.test_tasks import MODERN, tasks_client
+from tests.web.test_inbox_pages import serve_inbox
 
 pytestmark = pytest.mark.anyio
 

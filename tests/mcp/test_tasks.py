@@ -14,17 +14,17 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import Client, MCPError
-from mcp import types as mcp_types
 from mcp.client import ClientRequestContext
 from mcp_types import Implementation
 
 from hitl_mcp.core.models import Status
 from hitl_mcp.mcp.tasks import EXTENSION
 from hitl_mcp.runtime import Runtime
+from mcp import Client, MCPError
+from mcp import types as mcp_types
 from tests.conftest import api_client, make_config, running, sc, text_of
+from tests.mcp.test_elicitation import form_config
 from tests.tasks_client import TasksClient, cancel_task, get_task, start_task, update_task
-from tests.test_elicitation import form_config
 
 pytestmark = pytest.mark.anyio
 
@@ -433,7 +433,8 @@ async def test_a_core_task_call_that_fails_is_an_error_not_a_task(state_dir: Pat
 
 
 def test_the_hosts_table_says_which_hosts_get_tasks_and_what_is_tested() -> None:
-    from tests import test_tasks_wire, test_ts_client
+    from tests.e2e import test_ts_client
+    from tests.mcp import test_tasks_wire
     from tests.conftest import ROOT
 
     text = (ROOT / "docs" / "hosts.md").read_text()

@@ -13,8 +13,8 @@ from hitl_mcp.core.models import Kind, Request, now
 from hitl_mcp.core.principal import token_digest
 from hitl_mcp.core.store import KeyConflict
 from hitl_mcp.store.sqlite import MIGRATIONS, SqliteStore
+from tests.store.test_store_contract import Engine, engine
 from tests.support.settle import verify_audit
-from tests.test_store_contract import Engine, engine
 
 pytestmark = pytest.mark.anyio
 __all__ = ["engine"]  # the fixture, once per engine

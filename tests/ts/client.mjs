@@ -1,5 +1,5 @@
 // The TypeScript SDK's Client (what Claude Code, Cursor and VS Code build on) against a real
-// `hitl-mcp serve` over stdio. Run by tests/test_ts_client.py as `node client.mjs <scenario>`;
+// `hitl-mcp serve` over stdio. Run by tests/e2e/test_ts_client.py as `node client.mjs <scenario>`;
 // prints one JSON line with what it saw, and exits non-zero on an unexpected error.
 //
 // Environment: HITL_PYTHON (interpreter), HITL_CONFIG (config file), HITL_STATE_DIR, HITL_WEB_TOKEN,

@@ -1,6 +1,6 @@
 // MCP tasks against a real `hitl-mcp serve`, through the tasks extension's own client:
 // @modelcontextprotocol/ext-tasks on @modelcontextprotocol/client 2.x, negotiating 2026-07-28 with the
-// server/discover probe. Run by tests/test_ts_client.py as `node tasks.mjs <scenario> <stdio|http>`;
+// server/discover probe. Run by tests/e2e/test_ts_client.py as `node tasks.mjs <scenario> <stdio|http>`;
 // prints one JSON line with what it saw, and exits non-zero on an unexpected error.
 //
 // Scenarios: `answer` (a call answered as a task, polled, answered by a person through the JSON API),

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mcp import Client
 
+from mcp import Client
 from tests.conftest import running, sc
-from tests.test_inbox_pages import browser_like
+from tests.web.test_inbox_pages import browser_like
 
 pytestmark = pytest.mark.anyio
 

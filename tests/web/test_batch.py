@@ -15,9 +15,9 @@ import pytest
 
 from hitl_mcp.core.models import Status
 from hitl_mcp.core.quorum import Quorum
+from tests.broker.test_rules import approval
 from tests.conftest import make_config, running
-from tests.test_elicitation import browser, csrf_of
-from tests.test_rules import approval
+from tests.mcp.test_elicitation import browser, csrf_of
 
 pytestmark = pytest.mark.anyio
 

@@ -16,13 +16,22 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from mcp import Client
 
 from hitl_mcp.broker import AskSpec
 from hitl_mcp.core.models import Kind
-from tests import test_inbox_browser as shared
+from mcp import Client
+from tests.web import test_inbox_browser as shared
 from tests.conftest import ROOT, TOKEN, bearer
-from tests.test_inbox_browser import Browser, Call, Page, _has, api_get, expect, inbox_and_page, keys_awake
+from tests.web.test_inbox_browser import (
+    Browser,
+    Call,
+    Page,
+    _has,
+    api_get,
+    expect,
+    inbox_and_page,
+    keys_awake,
+)
 
 # the same Chromium (a module fixture), event loop and skip rule as the other browser tests
 browser = shared.browser

@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
 from mcp.types import Implementation
 
 from hitl_mcp.config import parse_config
-from tests import test_inbox_browser as shared
+from mcp import Client
+from tests.web import test_inbox_browser as shared
 from tests.conftest import TOKEN, bearer, sc
-from tests.test_inbox_access import PHONE, ask
-from tests.test_inbox_browser import Browser, expect, inbox_and_page
-from tests.test_inbox_pages import serve_inbox
+from tests.web.test_inbox_access import PHONE, ask
+from tests.web.test_inbox_browser import Browser, expect, inbox_and_page
+from tests.web.test_inbox_pages import serve_inbox
 
 browser = shared.browser
 anyio_backend = shared.anyio_backend

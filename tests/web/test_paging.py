@@ -12,7 +12,7 @@ import pytest
 from hitl_mcp.core.models import Kind, Reply, Request, Status, now
 from hitl_mcp.runtime import Runtime
 from tests.conftest import api_client, cli, running
-from tests.test_inbox_pages import browser_like
+from tests.web.test_inbox_pages import browser_like
 
 pytestmark = pytest.mark.anyio
 

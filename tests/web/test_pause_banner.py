@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests import test_inbox_browser as shared
+from tests.web import test_inbox_browser as shared
+from tests.broker.test_rules import approval
 from tests.conftest import running
-from tests.test_elicitation import browser as inbox_browser
-from tests.test_elicitation import csrf_of
-from tests.test_inbox_browser import Browser, expect, inbox_and_page
-from tests.test_inbox_layout import SIZES
-from tests.test_rules import approval
+from tests.mcp.test_elicitation import browser as inbox_browser
+from tests.mcp.test_elicitation import csrf_of
+from tests.web.test_inbox_browser import Browser, expect, inbox_and_page
+from tests.web.test_inbox_layout import SIZES
 
 browser = shared.browser
 anyio_backend = shared.anyio_backend

@@ -27,7 +27,7 @@ from tests.conftest import (
     server_process,
     write_config,
 )
-from tests.test_inbox_pages import EventReader, ask, serve_inbox
+from tests.web.test_inbox_pages import EventReader, ask, serve_inbox
 
 pytestmark = pytest.mark.anyio
 

@@ -5,5 +5,5 @@ routing (``escalation``, ``ladders``), the audit chain and its replay, who calls
 durations and retry policies, and the store's protocol (``store``, ``records``).
 
 It imports nothing else of the project, and none of anyio, mcp, starlette, sqlite3, asyncpg or httpx
-(``tests/test_house.py`` checks).
+(``tests/docs/test_house.py`` checks).
 """

@@ -17,7 +17,7 @@ The description is the function's docstring, dedented.
 **Listed before they are built.** A tool's JSON schemas (arguments, result) are what ``tools/list``
 needs; building its argument model and computing the schemas is about 0.1 G instructions of a cold
 start for the five. So each tool is listed from ``tool_schemas.json`` (what ``Tool.from_function``
-computes, written by ``scripts/tool_schemas.py`` and checked by ``tests/test_tools.py``), and built as
+computes, written by ``scripts/tool_schemas.py`` and checked by ``tests/mcp/test_tools.py``), and built as
 before at its first call. A tool missing from that file is built at once.
 """
 
