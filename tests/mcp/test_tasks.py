@@ -433,9 +433,9 @@ async def test_a_core_task_call_that_fails_is_an_error_not_a_task(state_dir: Pat
 
 
 def test_the_hosts_table_says_which_hosts_get_tasks_and_what_is_tested() -> None:
+    from tests.conftest import ROOT
     from tests.e2e import test_ts_client
     from tests.mcp import test_tasks_wire
-    from tests.conftest import ROOT
 
     text = (ROOT / "docs" / "hosts.md").read_text()
     table = text.split("## The table", 1)[1].split("\n\n")[2]

@@ -20,8 +20,8 @@ import pytest
 from hitl_mcp.broker import AskSpec
 from hitl_mcp.core.models import Kind
 from mcp import Client
-from tests.web import test_inbox_browser as shared
 from tests.conftest import ROOT, TOKEN, bearer
+from tests.web import test_inbox_browser as shared
 from tests.web.test_inbox_browser import (
     Browser,
     Call,

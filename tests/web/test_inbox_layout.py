@@ -14,8 +14,8 @@ from mcp.types import Implementation
 
 from hitl_mcp.config import parse_config
 from mcp import Client
-from tests.web import test_inbox_browser as shared
 from tests.conftest import TOKEN, bearer, sc
+from tests.web import test_inbox_browser as shared
 from tests.web.test_inbox_access import PHONE, ask
 from tests.web.test_inbox_browser import Browser, expect, inbox_and_page
 from tests.web.test_inbox_pages import serve_inbox

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from hitl_mcp.config import parse_config
-from tests.web import test_inbox_browser as shared
 from tests.conftest import TOKEN
+from tests.web import test_inbox_browser as shared
 from tests.web.test_inbox_browser import Browser, expect
 from tests.web.test_inbox_pages import serve_inbox
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.web import test_inbox_browser as shared
 from tests.broker.test_rules import approval
 from tests.conftest import running
 from tests.mcp.test_elicitation import browser as inbox_browser
 from tests.mcp.test_elicitation import csrf_of
+from tests.web import test_inbox_browser as shared
 from tests.web.test_inbox_browser import Browser, expect, inbox_and_page
 from tests.web.test_inbox_layout import SIZES
 
