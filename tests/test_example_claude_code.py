@@ -15,7 +15,7 @@ from mcp.client.stdio import stdio_client
 
 from tests.conftest import PYTHON, ROOT, free_port, server_env
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.docs]
 
 
 def expand(text: str, env: dict[str, str]) -> str:
