@@ -193,5 +193,5 @@ def test_the_guard_fails_a_test_that_starts_what_it_is_not_marked_for(pytester: 
         "test_nothing_started": "passed",
     }
     result.stdout.fnmatch_lines(
-        ["*test_hidden_spawn started what it is not marked for (process)*pytest.mark.process*"]
+        ["*test_hidden_spawn started what it is not marked for (process)*mark the test (pytest.mark.process*"]
     )

@@ -291,9 +291,11 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     missing = sorted(name for name in started if item.get_closest_marker(name) is None)
     if missing:
         marks = ", ".join(f"pytest.mark.{name}" for name in missing)
+        where = "the test" if getattr(item, "callspec", None) is None else "the test or its parameter"
         pytest.fail(
-            f"{item.nodeid} started what it is not marked for ({', '.join(missing)}): the scan of "
-            f"tests/support/needs.py did not see it. Mark the test ({marks}), or teach the scan the call.",
+            f"{item.nodeid} started what it is not marked for ({', '.join(missing)}), where the scan of "
+            f"tests/support/needs.py cannot see it: mark {where} ({marks}; a parameter: "
+            "pytest.param(..., marks=...)), or teach the scan the call.",
             pytrace=False,
         )
     return result
