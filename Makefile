@@ -64,8 +64,8 @@ docs: $(DOCS_STAMP)
 
 # the whole suite on TEST_JOBS pytest-xdist workers (measured: docs/development.md, Running the tests);
 # tests that must share one worker carry @pytest.mark.xdist_group (--dist loadgroup)
-TEST_JOBS ?= 4
-FAST_JOBS ?= 2
+TEST_JOBS ?= 3
+FAST_JOBS ?= 4
 # what test-fast leaves out: the markers applied by tests/support/needs.py
 FAST := not process and not browser and not postgres and not replicas and not node
 
