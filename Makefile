@@ -2,6 +2,7 @@
 #   make run    the server on its embedded default (SQLite + web inbox), over HTTP on 127.0.0.1:8765;
 #               it installs only what the server needs (.[all]: the server and every channel's extra)
 #   make test   the docs build (mkdocs --strict), lint and the whole test suite; it adds the test extras
+#   make test-fast   the in-process core only (no subprocess, browser, PostgreSQL, replicas, Node): the inner loop
 # make run PORT=9000 (or HITL_PORT=9000 make run) serves on another port.
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -20,7 +21,7 @@ PORT ?=
 # mkdocs-material's banner about its end of life and mkdocs 2: the build does not change with it
 export NO_MKDOCS_2_WARNING = 1
 
-.PHONY: run test lint docs bench dist dist-check mcpb clean screenshots
+.PHONY: run test test-fast lint docs bench dist dist-check mcpb clean screenshots
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -61,9 +62,19 @@ lint: $(TEST_STAMP)
 docs: $(DOCS_STAMP)
 	$(VENV)/bin/mkdocs build --strict
 
+# the whole suite on TEST_JOBS pytest-xdist workers (measured: docs/development.md, Running the tests);
+# tests that must share one worker carry @pytest.mark.xdist_group (--dist loadgroup)
+TEST_JOBS ?= 3
+FAST_JOBS ?= 4
+# what test-fast leaves out: the markers applied by tests/support/needs.py
+FAST := not process and not browser and not postgres and not replicas and not node
+
 test: lint $(TS_DEPS)
 	$(VENV)/bin/mkdocs build --strict --quiet
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup
+
+test-fast: $(TEST_STAMP)
+	$(PY) -m pytest -q -m "$(FAST)" -n $(FAST_JOBS)
 
 bench: $(RUN_STAMP)
 	@for script in bench/[a-z]*.py; do echo "== $$script"; $(PY) $$script || exit 1; done

@@ -17,8 +17,9 @@ from hitl_mcp.config import Config, parse_config
 from hitl_mcp.runtime import Runtime
 from tests.support.events import Changes, until
 
-# the stand-ins' fixtures (slack_standin, twilio_standin, certs, imap, folder, smtp)
-pytest_plugins = ["tests.support.fixtures", "tests.support.postgres"]
+# the stand-ins' fixtures (slack_standin, twilio_standin, certs, imap, folder, smtp), the PostgreSQL
+# cluster, and the markers by what a test needs (tests/support/needs.py)
+pytest_plugins = ["tests.support.fixtures", "tests.support.postgres", "tests.support.needs"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789"
@@ -122,10 +123,59 @@ async def _bearer(url: str, token: str) -> AsyncIterator[Any]:
             yield streams
 
 
+def worker_index() -> int:
+    """This pytest-xdist worker's number (``gw3``: 3), 0 without xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker[2:].isdigit() else 0
+
+
+PORT_BLOCK = 1000
+FIRST_PORT = 16000  # the workers' blocks: 16000-16999 for gw0, 17000-17999 for gw1...
+
+
+def _ephemeral() -> range:
+    """The ports the kernel gives to ``bind(0)`` and to client sockets (net.ipv4.ip_local_port_range)."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+def _port_cycle() -> Iterator[int]:
+    start = FIRST_PORT + worker_index() * PORT_BLOCK
+    block = range(start, start + PORT_BLOCK)
+    ephemeral = _ephemeral()
+    if block.start < ephemeral.stop and ephemeral.start < block.stop:  # a kernel with a wide range
+        while True:
+            yield 0
+    # a random start, so two runs on one machine (two worktrees) seldom walk the same ports
+    offset = int.from_bytes(os.urandom(2), "big") % PORT_BLOCK
+    while True:
+        for i in range(PORT_BLOCK):
+            yield block[(offset + i) % PORT_BLOCK]
+
+
+_PORTS = _port_cycle()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on, for a server the test starts later (a subprocess's config...).
+
+    Each xdist worker takes its ports from a block of its own, below the kernel's ephemeral range:
+    between this call and the server's bind, no other worker can be handed the same port, and no
+    client socket the kernel numbers can take it (a ``bind(0)`` port can be, under parallel load).
+    A port comes round again only after the rest of the block, and is skipped while anything holds
+    it, even in TIME_WAIT (no SO_REUSEADDR here)."""
+    for _ in range(PORT_BLOCK):
+        candidate = next(_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise RuntimeError(f"no free port in this worker's block ({FIRST_PORT + worker_index() * PORT_BLOCK})")
 
 
 def server_env(state_dir: Path, **extra: str) -> dict[str, str]:

@@ -102,6 +102,8 @@ def test_config_then_environment_then_the_file(tmp_path: Path) -> None:
         (f"{KEY},", "key 2 of 2: expected hexadecimal characters only"),
         (f"{KEY},{KEY}", "listed twice"),
     ],
+    # ids that are the same in every process (pytest-xdist compares them): KEY is random
+    ids=["short", "not-hex", "empty-second", "twice"],
 )
 def test_a_bad_key_is_refused_without_showing_it(tmp_path: Path, value: str, says: str) -> None:
     with pytest.raises(BadStateKey, match=says) as caught:

@@ -47,7 +47,10 @@ REFUSAL = re.compile(r"\b(denied|deny|refused|rejected)\b", re.IGNORECASE)
 
 @pytest.mark.parametrize("surface", SURFACES)
 @pytest.mark.parametrize(
-    "request_", [expired(Kind.APPROVAL), expired(Kind.QUESTION), expired(Kind.QUESTION, "skip it")], ids=str
+    "request_",
+    [expired(Kind.APPROVAL), expired(Kind.QUESTION), expired(Kind.QUESTION, "skip it")],
+    # ids that are the same in every process (pytest-xdist compares them): no timestamps
+    ids=["approval", "question", "question-with-a-default"],
 )
 def test_an_expiry_says_no_answer_and_never_a_refusal(surface: str, request_: Request) -> None:
     text = SURFACES[surface](request_)

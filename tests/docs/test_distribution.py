@@ -56,7 +56,7 @@ NO: dict[str, str] = {}  # an empty transport
 TOOLS = {"ask_user", "request_approval", "notify_user", "wait_for_response", "cancel_request"}
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.docs]
 
 
 def _json(path: Path) -> Any:

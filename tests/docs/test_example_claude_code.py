@@ -17,7 +17,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp import Client, StdioServerParameters
 from tests.conftest import PYTHON, ROOT, cli, free_port, serve_args, server_env, server_process, write_config
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.docs]
 
 
 def expand(text: str, env: dict[str, str]) -> str:

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "hitl_mcp"
 ENGINES = {SRC / "store" / "sqlite.py", SRC / "store" / "postgres.py"}
 LIMIT = 400
+
+pytestmark = pytest.mark.docs
 
 
 def test_no_module_is_over_400_lines() -> None:

@@ -95,7 +95,8 @@ async def audit_verifies(rs: ReplicaSet) -> None:
     assert code == 0, (out, err)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+# the PostgreSQL case is marked here: the cluster is requested only for it (tests/support/needs.py)
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database(request: pytest.FixtureRequest) -> str | None:
     """The replicas' store: one SQLite file they share (None), or a fresh PostgreSQL database in the
     test cluster (tests/support/postgres.py), with a state directory per replica."""

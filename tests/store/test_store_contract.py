@@ -79,7 +79,8 @@ def _postgres_rewrite(url: str) -> Callable[[int, dict[str, Any]], None]:
     return rewrite
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+# the PostgreSQL case is marked here: the cluster is requested only for it (tests/support/needs.py)
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Engine]:
     if request.param == "postgres":
         from hitl_mcp.store.postgres import PostgresStore

@@ -2,7 +2,9 @@
 
 ``postgres_cluster`` (session): ``initdb`` in a temp dir, listening on 127.0.0.1 at a free port with
 trust auth, stopped (``pg_ctl stop -m immediate``) at the end; as root, the cluster runs as ``nobody``
-(PostgreSQL refuses root). ``$HITL_TEST_POSTGRES_URL`` (an admin URL) is used instead when set.
+(PostgreSQL refuses root). Under pytest-xdist each worker has a cluster of its own: its temp dir is
+named after the worker (``hitl-pg-gw1-...``) and its port comes from the worker's block
+(``tests.conftest.free_port``). ``$HITL_TEST_POSTGRES_URL`` (an admin URL) is used instead when set.
 ``postgres_url`` (function): a database of its own for the test, dropped after it.
 
 Without PostgreSQL binaries the tests skip, and fail in CI (``$CI`` set), which installs them.
@@ -118,7 +120,9 @@ def postgres_cluster() -> Iterator[Cluster]:
     if pg_bin("initdb") is None or pg_bin("pg_ctl") is None:
         missing = "PostgreSQL is not installed (apt-get install postgresql); these tests always run in CI"
         pytest.fail(missing) if os.environ.get("CI") else pytest.skip(missing)
-    root = Path(tempfile.mkdtemp(prefix="hitl-pg-"))
+    from tests.conftest import worker_index
+
+    root = Path(tempfile.mkdtemp(prefix=f"hitl-pg-gw{worker_index()}-"))
     try:
         admin, data, as_nobody = _start_cluster(root)
         try:
