@@ -198,7 +198,7 @@ def old_rule(false: str) -> str:
     )
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def before_binding(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[Callable[[], Awaitable[Store]]]:

@@ -71,7 +71,7 @@ class Database:
     """PostgreSQL's URL; None for SQLite (the file ``hitl.sqlite3`` in the test's tmp_path)."""
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
     if request.param == "postgres":
         import asyncpg
@@ -388,7 +388,7 @@ async def test_notifications_held_for_a_digest_verify_intact(
 # --- the ladder from the report, through the config and the CLI -------------------------------------
 
 
-@pytest.mark.parametrize("engine", ["sqlite", "postgres"])
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def test_audit_verify_after_a_step_that_adds_a_channel(
     engine: str, request: pytest.FixtureRequest, state_dir: Path
 ) -> None:
