@@ -216,8 +216,9 @@ class Guard:
 
     def __init__(self) -> None:
         self.recording: set[str] | None = None
-        self.by_fixture: dict[int, tuple[object, set[str]]] = {}
-        """What was started while each fixture was set up (by id; the fixture is kept alive)."""
+        self.by_fixture: dict[tuple[int, int], tuple[object, set[str]]] = {}
+        """What was started while each fixture was set up: by its id (the fixture is kept alive) and
+        its parameter's index, since one parameter of a fixture may start what another does not."""
 
     def hook(self, event: str, args: tuple[Any, ...]) -> None:
         recording = self.recording
@@ -242,10 +243,15 @@ class Guard:
             if outer is not None:
                 outer |= into
 
-    def used_fixtures(self, item: pytest.Item) -> Iterator[Any]:
+    def started_by_fixtures(self, item: pytest.Item) -> set[str]:
+        """What the fixtures this test used started, each with the parameter this test took."""
         request = getattr(item, "_request", None)
         defs = getattr(request, "_fixture_defs", None) or {}
-        yield from defs.values()
+        indices = getattr(getattr(item, "callspec", None), "indices", {})
+        started: set[str] = set()
+        for name, fixturedef in defs.items():
+            started |= self.by_fixture.get((id(fixturedef), indices.get(name, 0)), (None, set()))[1]
+        return started
 
 
 GUARD = Guard()
@@ -271,7 +277,8 @@ def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> Any
         with GUARD.recording_into(started):
             return (yield)
     finally:
-        GUARD.by_fixture.setdefault(id(fixturedef), (fixturedef, set()))[1].update(started)
+        key = (id(fixturedef), getattr(request, "param_index", 0))
+        GUARD.by_fixture.setdefault(key, (fixturedef, set()))[1].update(started)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -286,8 +293,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     started = item.stash.setdefault(_KEY, set())
     with GUARD.recording_into(started):
         result = yield
-    for fixturedef in GUARD.used_fixtures(item):
-        started |= GUARD.by_fixture.get(id(fixturedef), (None, set()))[1]
+    started |= GUARD.started_by_fixtures(item)
     missing = sorted(name for name in started if item.get_closest_marker(name) is None)
     if missing:
         marks = ", ".join(f"pytest.mark.{name}" for name in missing)
