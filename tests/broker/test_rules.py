@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client
 from mcp.types import Implementation
 
 from hitl_mcp.broker import AskDefaults, Broker
@@ -28,7 +29,6 @@ from hitl_mcp.core.errors import BrokerError
 from hitl_mcp.core.models import Kind, Status, now
 from hitl_mcp.core.rules import check_pattern, exactly, matches, subject
 from hitl_mcp.core.store import RuleRow
-from mcp import Client
 from tests.conftest import (
     TOKEN,
     api_client,

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 
 from hitl_mcp.broker import AskSpec, Broker, UnknownChannel
 from hitl_mcp.channels.base import DeliveryError
@@ -24,7 +25,6 @@ from hitl_mcp.channels.email import Link
 from hitl_mcp.channels.email.replies import Unreadable, auto_reply_reason, read_answer
 from hitl_mcp.config import Config, ConfigError, load_config, parse_config
 from hitl_mcp.core.models import Kind, Status, now
-from mcp import Client
 from tests.conftest import PYTHON, ROOT, TOKEN, api_client, free_port, running, server_env
 from tests.support.events import Changes, until
 from tests.support.mail import (

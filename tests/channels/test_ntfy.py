@@ -20,6 +20,7 @@ import anyio
 import httpx2
 import pytest
 import yaml
+from mcp import Client
 from pydantic import ValidationError
 
 from hitl_mcp.broker import AskSpec, Broker
@@ -28,7 +29,6 @@ from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.config import effective_config, parse_config
 from hitl_mcp.core.models import Kind, Reply, Request, Status
 from hitl_mcp.core.retry import RetryPolicy
-from mcp import Client
 from tests.conftest import PYTHON, ROOT, TOKEN, Heard, make_config, running, server_env
 from tests.support.agent import approval_while
 from tests.support.events import until

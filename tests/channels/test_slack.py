@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 import anyio
 import httpx2
 import pytest
+from mcp import Client
 
 from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.channels import slack
@@ -25,7 +26,6 @@ from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.config import ConfigError, parse_config
 from hitl_mcp.core.models import Kind, Request, Status
 from hitl_mcp.core.results import next_step
-from mcp import Client
 from tests.conftest import PYTHON, ROOT, TOKEN, api_client, make_config, running
 from tests.support.agent import approval_while
 from tests.support.events import until

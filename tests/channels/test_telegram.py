@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -28,7 +29,6 @@ from hitl_mcp.channels.telegram.render import compose
 from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.config import ConfigError, parse_config
 from hitl_mcp.core.models import Kind, Request, Status
-from mcp import Client
 from tests.conftest import api_client, cli, make_config, running
 from tests.support.agent import approval_while
 from tests.support.harness import channel_broker, sent_row, watching

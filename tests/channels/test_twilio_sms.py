@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client
 from twilio.request_validator import RequestValidator
 
 from hitl_mcp.broker import AskSpec, Broker
@@ -35,7 +36,6 @@ from hitl_mcp.channels.twilio_sms import (
 )
 from hitl_mcp.config import ConfigError, effective_config, load_config, parse_config
 from hitl_mcp.core.models import Kind, Reply, Request, Status, now
-from mcp import Client
 from tests.conftest import ROOT, make_config, running
 from tests.support.events import until
 from tests.support.harness import channel_broker, watching

@@ -23,6 +23,7 @@ import anyio.to_thread
 import httpx2
 import jsonschema
 import pytest
+from mcp import Client
 from standardwebhooks import Webhook, WebhookVerificationError
 from starlette.applications import Starlette
 from starlette.requests import Request as HttpRequest
@@ -37,7 +38,6 @@ from hitl_mcp.config import ConfigError, parse_config
 from hitl_mcp.core.escalation import Policy
 from hitl_mcp.core.models import Kind, Request, Status
 from hitl_mcp.core.quorum import Quorum
-from mcp import Client
 from tests.conftest import PYTHON, TOKEN, api_client, make_config, running
 from tests.support.agent import approval_while
 from tests.support.events import Changes, until

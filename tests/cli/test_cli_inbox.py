@@ -14,9 +14,9 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
+from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from mcp import Client, StdioServerParameters
 from tests.conftest import (
     PYTHON,
     ROOT,

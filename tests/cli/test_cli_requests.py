@@ -10,10 +10,10 @@ import re
 from pathlib import Path
 
 import pytest
+from mcp import Client
 from mcp.types import Implementation
 
 from hitl_mcp.core.models import canonical_json
-from mcp import Client
 from tests.conftest import cli, running, sc
 
 pytestmark = pytest.mark.anyio

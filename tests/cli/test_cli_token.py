@@ -7,8 +7,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
 from mcp import Client
+
 from tests.conftest import TOKEN, bearer, free_port, sc, serve_args, server_env, server_process
 from tests.conftest import cli as hitl
 

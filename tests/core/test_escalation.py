@@ -273,8 +273,9 @@ async def test_the_default_reminder_sends_again_saying_still_waiting() -> None:
 
 
 async def test_the_tools_take_people_and_the_config_s_ladder(state_dir: Path) -> None:
-    from hitl_mcp.web import WEB_RESPONDER
     from mcp import Client
+
+    from hitl_mcp.web import WEB_RESPONDER
     from tests.conftest import api_client, make_config, running, sc
 
     extra = f"""

@@ -23,12 +23,12 @@ import anyio
 import httpx2
 import jsonschema
 import pytest
+from mcp import Client
 
 from hitl_mcp import __version__
 from hitl_mcp.channels import channel_types
 from hitl_mcp.cli.main import build_parser
 from hitl_mcp.config import ConfigError, parse_config, resolve_http_port
-from mcp import Client
 from tests.conftest import (
     PYTHON,
     ROOT,

@@ -11,9 +11,9 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from mcp import Client, StdioServerParameters
 from tests.conftest import (
     PYTHON,
     TOKEN,

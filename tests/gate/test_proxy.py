@@ -22,9 +22,9 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters
 
-from mcp import Client, MCPError
 from tests.conftest import PYTHON, ROOT, TOKEN, cli, free_port, server_env, text_of, write_config
 from tests.support.events import Changes, until
 

@@ -18,6 +18,8 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client, MCPError, StdioServerParameters
+from mcp import types as mcp_types
 from mcp.client import ClientRequestContext
 
 from hitl_mcp.broker import AskSpec, Broker
@@ -29,8 +31,6 @@ from hitl_mcp.mcp.host_forms import FORM_KEY
 from hitl_mcp.runtime import Runtime
 from hitl_mcp.web.auth import WebAuth
 from hitl_mcp.web.links import RequestLinks
-from mcp import Client, MCPError, StdioServerParameters
-from mcp import types as mcp_types
 from tests.conftest import (
     PYTHON,
     TOKEN,

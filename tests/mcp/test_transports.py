@@ -11,9 +11,9 @@ import anyio
 import httpx2
 import pytest
 from bench.cold_start import INITIALIZE, INITIALIZED, TOOLS_LIST  # the messages the bench times
+from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
 
-from mcp import Client, StdioServerParameters
 from tests.conftest import (
     PYTHON,
     TOKEN,

@@ -16,10 +16,10 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client
 
 from hitl_mcp.broker import AskSpec
 from hitl_mcp.core.models import Kind
-from mcp import Client
 from tests.conftest import ROOT, TOKEN, bearer
 from tests.web import test_inbox_browser as shared
 from tests.web.test_inbox_browser import (

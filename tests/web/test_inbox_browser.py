@@ -19,13 +19,13 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client
+from mcp import types as mcp_types
 
 from hitl_mcp.broker import AskSpec
 from hitl_mcp.config import parse_config
 from hitl_mcp.core.models import Kind, now
 from hitl_mcp.web.links import RequestLinks
-from mcp import Client
-from mcp import types as mcp_types
 from tests.conftest import ROOT, TOKEN, bearer, sc
 from tests.web.test_inbox_pages import Inbox, serve_inbox
 

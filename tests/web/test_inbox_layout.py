@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client
 from mcp.types import Implementation
 
 from hitl_mcp.config import parse_config
-from mcp import Client
 from tests.conftest import TOKEN, bearer, sc
 from tests.web import test_inbox_browser as shared
 from tests.web.test_inbox_access import PHONE, ask
