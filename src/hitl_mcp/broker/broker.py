@@ -330,7 +330,7 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         credit = {"person": person, "on_behalf_of": policy.on_behalf_of(person, request)}
         reply = reply.model_copy(update={**credit, "payload_sha256": request.payload_sha256})
         settled = await self.store.resolve(
-            request_id, reply, outcome, expiry_outcome(request), silent_channels(self.channels)
+            request_id, reply, outcome, await self._expiry(request), silent_channels(self.channels)
         )
         if settled is None:
             raise NotFound(f"no request with id {request_id!r}")
@@ -348,7 +348,7 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         outcome: dict[str, Any] = {"comment": reason}
         if request.kind == Kind.APPROVAL:
             outcome["approved"] = False
-        expired, silent = expiry_outcome(request), silent_channels(self.channels)
+        expired, silent = await self._expiry(request), silent_channels(self.channels)
         settled = await self.store.close_request(
             request_id, Status.CANCELLED, actor, outcome, expired, silent
         )
@@ -356,6 +356,13 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         if settled.won or settled.request.status != request.status:
             self._settled(settled.request)
         return settled.request
+
+    async def _expiry(self, request: Request) -> dict[str, Any] | None:
+        """What a due request expires with, when a reply or a cancel finds it past its deadline; None
+        while approvals are paused: deadlines wait then (resume pushes them), so the reply counts."""
+        if request.expires_at is not None and request.expires_at <= now() and await self.paused() is not None:
+            return None
+        return expiry_outcome(request)
 
     async def expire(self, request_id: str) -> Request:
         """Expire a due request; while approvals are paused, deadlines wait and it stays pending."""

@@ -92,7 +92,7 @@ class Store(Protocol):
         request_id: str,
         reply: Reply,
         outcome: dict[str, Any],
-        expired: dict[str, Any],
+        expired: dict[str, Any] | None,
         silent: Collection[str],
     ) -> Settled | None:
         """Record the reply; it wins only if the request is still pending and unexpired. For a request
@@ -101,7 +101,8 @@ class Store(Protocol):
         audited ``reply_ignored``; one that counts without deciding is stored in ``votes``, audited
         ``voted`` and returned with ``counted`` and the progress as ``reason``; one that decides
         settles the request as any winning reply does. A request
-        found past its expiry is expired first, with the ``expired`` outcome. Settling queues a
+        found past its expiry is expired first, with the ``expired`` outcome (None: deadlines are
+        frozen, approvals being paused, and the reply counts). Settling queues a
         retraction on every channel that was sent the request, except the ``silent`` ones, and
         cancels its scheduled steps and unsent reminders (every settle does, in its transaction)."""
         ...
@@ -112,11 +113,12 @@ class Store(Protocol):
         status: Status,
         actor: str,
         outcome: dict[str, Any],
-        expired: dict[str, Any],
+        expired: dict[str, Any] | None,
         silent: Collection[str],
     ) -> Settled | None:
         """Expire or cancel a pending request (conditional: a settled one is returned unchanged). A
-        cancel that comes after the expiry time expires it instead, with the ``expired`` outcome."""
+        cancel that comes after the expiry time expires it instead, with the ``expired`` outcome (None:
+        deadlines are frozen, and it is cancelled)."""
         ...
 
     async def due_expiries(self, now: float, limit: int = 100) -> list[str]: ...

@@ -641,7 +641,7 @@ class PostgresStore:
         request_id: str,
         reply: Reply,
         outcome: dict[str, Any],
-        expired: dict[str, Any],
+        expired: dict[str, Any] | None,
         silent: Collection[str],
     ) -> Settled | None:
         """What the reply does is decided by ``core.settle.plan_reply`` on the row as read (locked) in
@@ -656,7 +656,8 @@ class PostgresStore:
                 return None
             current = _request(row)
             if (
-                current.status == Status.PENDING
+                expired is not None
+                and current.status == Status.PENDING
                 and current.expires_at is not None
                 and current.expires_at <= at
             ):
@@ -724,7 +725,7 @@ class PostgresStore:
         status: Status,
         actor: str,
         outcome: dict[str, Any],
-        expired: dict[str, Any],
+        expired: dict[str, Any] | None,
         silent: Collection[str],
     ) -> Settled | None:
         at = now()
@@ -737,7 +738,12 @@ class PostgresStore:
             if current.status != Status.PENDING:
                 return Settled(False, current)
             wanted, by, fields = status, actor, outcome
-            if wanted == Status.CANCELLED and current.expires_at is not None and current.expires_at <= at:
+            if (
+                wanted == Status.CANCELLED
+                and expired is not None
+                and current.expires_at is not None
+                and current.expires_at <= at
+            ):
                 wanted, by, fields = Status.EXPIRED, "expiry", expired
             settled = await self._settle(tx, current, wanted, by, fields, at, silent)
             return Settled(settled.status == wanted, settled)

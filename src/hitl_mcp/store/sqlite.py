@@ -631,7 +631,7 @@ class SqliteStore:
         request_id: str,
         reply: Reply,
         outcome: dict[str, Any],
-        expired: dict[str, Any],
+        expired: dict[str, Any] | None,
         silent: Collection[str],
     ) -> Settled | None:
         """What the reply does is decided by ``core.settle.plan_reply`` on the row as read in this
@@ -645,7 +645,8 @@ class SqliteStore:
                     return None
                 current = _request(row)
                 if (
-                    current.status == Status.PENDING
+                    expired is not None
+                    and current.status == Status.PENDING
                     and current.expires_at is not None
                     and current.expires_at <= at
                 ):
@@ -716,7 +717,7 @@ class SqliteStore:
         status: Status,
         actor: str,
         outcome: dict[str, Any],
-        expired: dict[str, Any],
+        expired: dict[str, Any] | None,
         silent: Collection[str],
     ) -> Settled | None:
         at = now()
@@ -730,7 +731,12 @@ class SqliteStore:
                 if current.status != Status.PENDING:
                     return Settled(False, current)
                 wanted, by, fields = status, actor, outcome
-                if wanted == Status.CANCELLED and current.expires_at is not None and current.expires_at <= at:
+                if (
+                    wanted == Status.CANCELLED
+                    and expired is not None
+                    and current.expires_at is not None
+                    and current.expires_at <= at
+                ):
                     wanted, by, fields = Status.EXPIRED, "expiry", expired
                 settled = self._settle(db, current, wanted, by, fields, at, silent)
                 return Settled(settled.status == wanted, settled)
