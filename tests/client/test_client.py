@@ -10,7 +10,7 @@ import pytest
 
 from hitl_mcp.client import AsyncHitl, Hitl, HitlError, Unreachable
 from tests.conftest import PYTHON, ROOT, free_port, server_env
-from tests.support.hitl_http import hitl_server, write_hitl_config
+from tests.support.hitl_http import HitlServer, hitl_server, write_hitl_config
 
 pytestmark = pytest.mark.anyio
 
@@ -121,17 +121,11 @@ async def test_a_spawned_stdio_server_and_a_restart_of_the_program(tmp_path: Pat
         # which the next stdio server serves beside it
         again = AsyncHitl.spawn(command, env=env, cwd=ROOT, errlog=errlog, client_name="nightly")
         async with again:
-            from tests.support.hitl_http import HitlServer
-
             inbox = HitlServer(f"http://127.0.0.1:{port}", "", state_dir, config)
             await inbox.first(lambda rs: rs)
-            await inbox.reply(first.request_id, text="yes, from the 1st")
+            await inbox.reply(first.request_id, text="from the 1st")
             answer = await again.ask_user("Rerun the backfill?", idempotency_key="backfill-2026-12-01")
-    assert (answer.request_id, answer.status, answer.answer) == (
-        first.request_id,
-        "answered",
-        "yes, from the 1st",
-    )
+    assert (answer.request_id, answer.status, answer.answer) == (first.request_id, "answered", "from the 1st")
 
 
 async def test_what_goes_wrong_is_one_line(tmp_path: Path) -> None:
