@@ -81,13 +81,14 @@ class HitlServer:
             return dict(response.json())
 
 
-def write_hitl_config(path: Path, port: int, channels: str = "") -> Path:
+def write_hitl_config(path: Path, port: int, channels: str = "", defaults: str = "") -> Path:
     path.write_text(
         f"""
 server:
   http: {{host: 127.0.0.1, port: {port}}}
 defaults:
   heartbeat_seconds: 1
+{defaults}
 channels:
   web: {{type: web}}
 {channels}
@@ -104,15 +105,21 @@ async def agent_token(state_dir: Path, config: Path, name: str = "flow-bot") -> 
 
 @contextlib.asynccontextmanager
 async def hitl_server(
-    tmp_path: Path, channels: str = "", *, port: int | None = None, token: str | None = None, **env: str
+    tmp_path: Path,
+    channels: str = "",
+    *,
+    defaults: str = "",
+    port: int | None = None,
+    token: str | None = None,
+    **env: str,
 ) -> AsyncIterator[HitlServer]:
     """The server, with ``channels`` (YAML lines under ``channels:``, indented two spaces) beside the
-    inbox (``web``), serving until the block ends. ``port`` and ``token``: those of a server started
-    before on the same ``tmp_path`` (a restart)."""
+    inbox (``web``) and ``defaults`` (lines under ``defaults:``), serving until the block ends.
+    ``port`` and ``token``: those of a server started before on the same ``tmp_path`` (a restart)."""
     state_dir = tmp_path / "state"
     state_dir.mkdir(exist_ok=True)
     port = port or free_port()
-    config = write_hitl_config(tmp_path / "hitl.yaml", port, channels)
+    config = write_hitl_config(tmp_path / "hitl.yaml", port, channels, defaults)
     token = token or await agent_token(state_dir, config)
     environment = server_env(state_dir, **env)
     server = HitlServer(f"http://127.0.0.1:{port}", token, state_dir, config, env=environment)
