@@ -6,6 +6,7 @@ Prefect's API. Each test prints its figures (ask -> person notified, answer -> f
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -114,4 +115,77 @@ async def test_the_tool_way_a_task_asks_and_gets_the_answer_from_the_inbox(
         print(
             f"\nprefect tool way: ask -> person notified {notified - asked_at(request):.2f} s;"
             f" answer -> task done {continued - answered:.2f} s"
+        )
+
+
+# --------------------------------------------------------------------------------- the sleeping way
+
+
+@pytest.mark.parametrize("where", ["slack", "inbox"])
+async def test_the_sleeping_way_the_flow_run_is_suspended_then_resumed_with_the_answer(
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str], prefect_api: str, where: str
+) -> None:
+    stand, slack_url = slack_standin
+    prefect = PrefectApi(prefect_api)
+    async with hitl_server(tmp_path, channels(slack_url, prefect_api)) as server:
+        env = flow_env(tmp_path, prefect_api, server)
+        async with program(tmp_path / "serve.log", ["examples/prefect_sleeping.py"], env) as runner:
+
+            async def deployed() -> dict[str, Any] | None:
+                assert runner.returncode is None, (tmp_path / "serve.log").read_text()[-3000:]
+                return await prefect.deployment("publish-report/publish-report")
+
+            deployment = await polled(deployed)
+            run_id = await prefect.run_deployment(deployment["id"], {"quarter": "2026-Q3"})
+            message, notified = await posted(stand)
+            request = await server.pending()
+
+            async def suspended() -> dict[str, Any] | None:
+                run = await prefect.flow_run(run_id)
+                return run if run["state"]["type"] == "PAUSED" else None
+
+            run = await polled(suspended)
+            # suspended, not paused: the process that ran it is gone, nothing holds it
+            assert run["state"]["name"] == "Suspended"
+            assert run["state"]["state_details"]["pause_reschedule"] is True
+            assert run["state"]["state_details"]["pause_timeout"] is None  # as long as the request lives
+
+            if where == "slack":
+                await stand.push("interactive", stand.click(message, SAM, "approve"))
+            else:
+                await server.reply(request["id"], decision="approve", comment="numbers check out")
+            answered = time.time()
+
+            async def completed() -> dict[str, Any] | None:
+                run = await prefect.flow_run(run_id)
+                log = (tmp_path / "serve.log").read_text()[-4000:]
+                assert run["state"]["type"] not in ("FAILED", "CRASHED"), f"{run['state']}\n{log}"
+                return run if run["state"]["type"] == "COMPLETED" else None
+
+            await polled(completed, seconds=90)
+            # read before the runner stops: a runner stopped just as a run's process ends may still
+            # propose Cancelled for it (Prefect's, not hitl-mcp's)
+            states = await prefect.states(run_id)
+        logs = "\n".join(await prefect.logs(run_id))
+        who = "@sam (U0SAM)" if where == "slack" else "web inbox user"
+        assert f"publishing 2026-Q3: approved by {who}" in logs
+        kinds = [s["type"] for s in states]
+        assert kinds.count("PAUSED") == 1 and kinds[-1] == "COMPLETED", [
+            (s["type"], s["name"]) for s in states
+        ]
+        resumed = next(s for s in states if s["name"] == "Resuming")
+        running_again = next(s for s in states[kinds.index("PAUSED") :] if s["type"] == "RUNNING")
+        # the run's input is the outcome, as hitl-mcp's prefect channel sent it on settling
+        settled = await server.request(request["id"])
+        assert settled["status"] == "answered" and settled["outcome"]["approved"] is True
+        resumes = [d for d in settled["deliveries"] if d["channel"] == "prefect"]
+        assert [(d["action"], d["status"]) for d in resumes] == [("deliver", "sent"), ("retract", "sent")]
+        inputs = await prefect.inputs(run_id, f"suspended-hitl-mcp-{request['id']}-1")
+        (given,) = [json.loads(v) for k, v in inputs.items() if k.endswith("-response")]
+        assert (given["request_id"], given["status"], given["approved"]) == (request["id"], "answered", True)
+        assert len(await server.requests()) == 1  # asked once: the run's second start re-attached
+        print(
+            f"\nprefect sleeping way ({where}): ask -> person notified {notified - asked_at(request):.2f} s;"
+            f" answer -> run resumed {_ts(resumed) - answered:.2f} s, running again"
+            f" {_ts(running_again) - answered:.2f} s, completed {_ts(states[-1]) - answered:.2f} s"
         )

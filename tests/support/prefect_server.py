@@ -126,6 +126,12 @@ class PrefectApi:
         body = {"flow_runs": {"id": {"any_": [flow_run_id]}}}
         return list(await self._call("POST", "/task_runs/filter", body))
 
+    async def inputs(self, flow_run_id: str, prefix: str) -> dict[str, str]:
+        """The flow run's inputs whose keys start with ``prefix``: key -> value (JSON text)."""
+        body = {"prefix": prefix, "limit": 50}
+        found = await self._call("POST", f"/flow_runs/{flow_run_id}/input/filter", body)
+        return {entry["key"]: entry["value"] for entry in found}
+
     async def logs(self, flow_run_id: str) -> list[str]:
         body = {"logs": {"flow_run_id": {"any_": [flow_run_id]}}, "sort": "TIMESTAMP_ASC"}
         return [entry["message"] for entry in await self._call("POST", "/logs/filter", body)]

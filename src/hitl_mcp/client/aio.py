@@ -101,7 +101,9 @@ class AsyncHitl:
         if held is not None:
             await held.drop()
         if tg is not None:
-            await tg.__aexit__(kind, exc, tb)
+            # what the block raised goes on as it is, not wrapped in the task group's exception group:
+            # a caller may need to catch it by its type (Prefect's Pause, when a flow run suspends)
+            await tg.__aexit__(None, None, None)
 
     # --- the tools ---------------------------------------------------------------------------------
 
