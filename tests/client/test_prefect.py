@@ -189,3 +189,33 @@ async def test_the_sleeping_way_the_flow_run_is_suspended_then_resumed_with_the_
             f" answer -> run resumed {_ts(resumed) - answered:.2f} s, running again"
             f" {_ts(running_again) - answered:.2f} s, completed {_ts(states[-1]) - answered:.2f} s"
         )
+
+
+async def test_a_retried_task_re_attaches_so_the_person_is_asked_once(
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str], prefect_api: str
+) -> None:
+    stand, slack_url = slack_standin
+    prefect = PrefectApi(prefect_api)
+    defaults = "  ask_user: {channels: [slack]}"
+    async with hitl_server(tmp_path, channels(slack_url, prefect_api), defaults=defaults) as server:
+        env = flow_env(tmp_path, prefect_api, server)
+        log = tmp_path / "flow.log"
+        async with program(log, ["tests/client/flows/prefect_retry.py"], env) as flow:
+
+            async def second_attempt() -> dict[str, Any] | None:
+                runs = await prefect.flow_runs("backfill")
+                tasks = await prefect.task_runs(runs[-1]["id"]) if runs else []
+                return tasks[0] if tasks and tasks[0]["run_count"] >= 2 else None
+
+            await polled(second_attempt)  # the first attempt asked, failed, and Prefect retried it
+            message, _ = await posted(stand)
+            await stand.push("interactive", stand.click(message, SAM, "choice:1"))
+            with anyio.fail_after(60):
+                await flow.wait()
+        assert flow.returncode == 0, log.read_text()[-3000:]
+        (run,) = await prefect.flow_runs("backfill")
+        (task_run,) = await prefect.task_runs(run["id"])
+        assert task_run["run_count"] == 2 and task_run["state"]["type"] == "COMPLETED"
+        assert "backfilling in us-east" in "\n".join(await prefect.logs(run["id"]))
+        assert len(await server.requests()) == 1  # asked once across the retry
+        assert len([m for m in stand.messages if not m.thread_ts]) == 1
