@@ -17,7 +17,6 @@ from urllib.parse import unquote
 
 from mcp.server.auth.handlers.authorize import AuthorizationHandler
 from mcp.server.auth.handlers.register import RegistrationHandler
-from mcp.server.auth.handlers.revoke import RevocationHandler
 from mcp.server.auth.handlers.token import TokenHandler
 from mcp.server.auth.middleware.client_auth import AuthenticationError, ClientAuthenticator
 from mcp.server.auth.routes import (
@@ -32,7 +31,8 @@ from mcp.server.auth.settings import ClientRegistrationOptions, RevocationOption
 from mcp.shared.auth import OAuthClientInformationFull
 from pydantic import AnyHttpUrl
 from starlette.requests import Request
-from starlette.routing import BaseRoute, Route, request_response
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
 
 from hitl_mcp.core.principal import token_digest
 from hitl_mcp.web.oauth.provider import SCOPES, BuiltinProvider
@@ -76,6 +76,34 @@ class HashedSecrets(ClientAuthenticator):
         return client
 
 
+class Revocation:
+    """RFC 7009: the client authenticated as at the token endpoint (a public client sends only its
+    ``client_id``, which the SDK's handler does not allow); either token of a grant ends both; an
+    unknown token, or another client's, is answered 200 all the same."""
+
+    def __init__(self, provider: BuiltinProvider, authenticator: HashedSecrets) -> None:
+        self.provider = provider
+        self.authenticator = authenticator
+
+    async def handle(self, request: Request) -> Response:
+        try:
+            client = await self.authenticator.authenticate_request(request)
+        except AuthenticationError as exc:
+            return JSONResponse(
+                {"error": "invalid_client", "error_description": exc.message}, status_code=401
+            )
+        form = await request.form()
+        token = form.get("token")
+        if not isinstance(token, str) or not token:
+            return JSONResponse({"error": "invalid_request", "error_description": "token is missing"}, 400)
+        found = await self.provider.load_access_token(token) or await self.provider.load_refresh_token(
+            client, token
+        )
+        if found is not None and found.client_id == client.client_id:
+            await self.provider.revoke_token(found)
+        return Response(status_code=200, headers={"Cache-Control": "no-store", "Pragma": "no-cache"})
+
+
 def _basic(header: str) -> tuple[str, str]:
     if not header.startswith("Basic "):
         raise AuthenticationError("Missing or invalid Basic authentication in Authorization header")
@@ -107,8 +135,6 @@ def metadata(issuer: str, registration: bool, documents: bool) -> dict[str, Any]
 
 
 def server_routes(provider: BuiltinProvider, registration: bool, documents: bool) -> list[BaseRoute]:
-    from starlette.responses import JSONResponse
-
     authenticator = HashedSecrets(provider)
     described = metadata(provider.issuer, registration, documents)
 
@@ -119,7 +145,7 @@ def server_routes(provider: BuiltinProvider, registration: bool, documents: bool
         Route(METADATA_PATH, cors_middleware(describe, ["GET", "OPTIONS"]), methods=["GET", "OPTIONS"]),
         Route(
             AUTHORIZATION_PATH,
-            request_response(AuthorizationHandler(provider).handle),
+            AuthorizationHandler(provider).handle,
             methods=["GET", "POST"],
         ),
         Route(
@@ -129,7 +155,7 @@ def server_routes(provider: BuiltinProvider, registration: bool, documents: bool
         ),
         Route(
             REVOCATION_PATH,
-            cors_middleware(RevocationHandler(provider, authenticator).handle, ["POST", "OPTIONS"]),
+            cors_middleware(Revocation(provider, authenticator).handle, ["POST", "OPTIONS"]),
             methods=["POST", "OPTIONS"],
         ),
     ]
