@@ -55,7 +55,8 @@ async def test_an_expired_credential_is_not_found_by_any_process(engine: Engine)
     store = engine.store
     at = now()
     await store.add_credential("oauth_access", "g1", token_digest("past" * 10), {}, "t", expires_at=at - 1)
-    live = await store.add_credential("oauth_access", "g2", token_digest("live" * 10), {}, "t", expires_at=at + 60)
+    live_digest = token_digest("live" * 10)
+    live = await store.add_credential("oauth_access", "g2", live_digest, {}, "t", expires_at=at + 60)
     assert live.expires_at == pytest.approx(at + 60)
     other = await engine.connect()
     try:
