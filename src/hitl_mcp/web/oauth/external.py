@@ -208,7 +208,7 @@ class ExternalTokens:
         exp = claims.get("exp")
         return Verified(
             issuer=self.issuer,
-            subject=str(claims.get("sub", "")),
+            subject=str(claims.get("sub") or client),  # a client acting for itself has no other
             client_id=str(client),
             scopes=scopes,
             expires_at=float(exp) if isinstance(exp, int | float) else None,
