@@ -31,6 +31,7 @@ pytestmark = pytest.mark.anyio
 TS = ROOT / "tests" / "ts"
 AGENT = ("agent", "agent-secret-0123456789")
 NARROW = ("narrow", "narrow-secret-0123456789")
+SECRET = "hitl-secret-0123456789"
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -141,7 +142,8 @@ async def test_an_expired_jwt_is_refused(state_dir: Path) -> None:
 
 async def test_opaque_tokens_are_introspected(state_dir: Path) -> None:
     async with provider("opaque") as issuer:
-        introspection = f", introspection: {{url: '{issuer}/token/introspection', client_id: hitl, client_secret: hitl-secret-0123456789}}"
+        endpoint = f"{issuer}/token/introspection"
+        introspection = f", introspection: {{url: '{endpoint}', client_id: hitl, client_secret: {SECRET}}}"
         async with serve_oauth(state_dir, external(issuer, introspection)) as served:
             token = await token_from(issuer, served.mcp)
             assert token.count(".") == 0  # opaque

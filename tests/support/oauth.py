@@ -33,11 +33,8 @@ from tests.support.events import Changes, until
 from tests.support.serve import serving
 
 
-def oauth_config(
-    url: str, oauth: str = "{issuer: builtin}", extra: str = "", store: str = "sqlite"
-) -> Config:
-    return parse_config(
-        f"""
+def config_text(url: str, oauth: str = "{issuer: builtin}", extra: str = "", store: str = "sqlite") -> str:
+    return f"""
 server:
   public_url: {url}
   store: {store}
@@ -47,9 +44,13 @@ defaults:
 channels:
   web: {{type: web, token: {TOKEN}}}
 {extra}
-""",
-        source="test.yaml",
-    )
+"""
+
+
+def oauth_config(
+    url: str, oauth: str = "{issuer: builtin}", extra: str = "", store: str = "sqlite"
+) -> Config:
+    return parse_config(config_text(url, oauth, extra, store), source="test.yaml")
 
 
 @dataclass
