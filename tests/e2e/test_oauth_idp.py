@@ -55,10 +55,11 @@ def node_project() -> None:
 
 
 @contextlib.asynccontextmanager
-async def provider(token_format: str = "jwt", ttl: int = 300) -> AsyncIterator[str]:
-    """oidc-provider on a loopback port; its issuer URL."""
+async def provider(token_format: str = "jwt", ttl: int = 300, key: Path | None = None) -> AsyncIterator[str]:
+    """oidc-provider on a loopback port; its issuer URL. ``key``: a file with its signing key (made
+    there if missing), to share it with another provider."""
     port = free_port()
-    args = ["node", "idp.mjs", str(port), token_format, str(ttl)]
+    args = ["node", "idp.mjs", str(port), token_format, str(ttl), *([str(key)] if key else [])]
     async with await anyio.open_process(
         args, cwd=str(TS), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     ) as process:
@@ -103,8 +104,15 @@ def external(issuer: str, extra: str = "") -> str:
     return f"{{issuer: '{issuer}', leeway: 0s{extra}}}"
 
 
-async def test_jwt_access_tokens_are_checked_against_the_providers_keys(state_dir: Path) -> None:
-    async with provider("jwt") as issuer, provider("jwt") as stranger:
+async def test_jwt_access_tokens_are_checked_against_the_providers_keys(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    key = tmp_path / "shared-key.json"
+    async with (
+        provider("jwt", key=key) as issuer,
+        provider("jwt") as stranger,
+        provider("jwt", key=key) as tenant,
+    ):
         async with serve_oauth(state_dir, external(issuer)) as served:
             token = await token_from(issuer, served.mcp)
             async with Client(bearer(served.mcp, token)) as client:
@@ -118,6 +126,8 @@ async def test_jwt_access_tokens_are_checked_against_the_providers_keys(state_di
             # refused: another audience, another issuer, a forged signature or payload, no hitl:ask
             assert await status(served, await token_from(issuer, "http://127.0.0.1:1/mcp")) == 401
             assert await status(served, await token_from(stranger, served.mcp)) == 401
+            # another issuer signing with the same key (another tenant of one provider)
+            assert await status(served, await token_from(tenant, served.mcp)) == 401
             header, payload, signature = token.split(".")
             claims = json.loads(unb64url(payload))
             richer = b64url(json.dumps({**claims, "sub": "root"}).encode())

@@ -2,16 +2,29 @@
 // access tokens for one resource (RFC 8707 resource indicators) by the client credentials grant,
 // as JWTs signed with its own key (published at its jwks_uri) or as opaque tokens (introspection).
 //
-//   node idp.mjs <port> <jwt|opaque> <access token TTL in seconds>
+//   node idp.mjs <port> <jwt|opaque> <access token TTL in seconds> [key file]
+//
+// With a key file, it signs with the key there (writing a new one first if there is none): two
+// providers sharing one, as the tenants of a multi-tenant provider share their signing keys.
 //
 // Prints "ready <issuer>" once it listens; ends when its standard input closes.
 import { generateKeyPairSync, randomUUID } from 'node:crypto';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import Provider from 'oidc-provider';
 
-const [port, format, ttl] = process.argv.slice(2);
+const [port, format, ttl, keyFile] = process.argv.slice(2);
 const issuer = `http://127.0.0.1:${port}`;
-const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
-const jwk = { ...privateKey.export({ format: 'jwk' }), kid: randomUUID(), alg: 'RS256', use: 'sig' };
+function newKey() {
+  const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+  return { ...privateKey.export({ format: 'jwk' }), kid: randomUUID(), alg: 'RS256', use: 'sig' };
+}
+let jwk;
+if (keyFile && existsSync(keyFile)) {
+  jwk = JSON.parse(readFileSync(keyFile, 'utf8'));
+} else {
+  jwk = newKey();
+  if (keyFile) writeFileSync(keyFile, JSON.stringify(jwk));
+}
 
 const provider = new Provider(issuer, {
   jwks: { keys: [jwk] },
