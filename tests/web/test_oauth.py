@@ -11,6 +11,7 @@ from typing import Any
 import httpx2
 import pytest
 from mcp import Client
+from mcp.types import Implementation
 
 from hitl_mcp.core.principal import of_owner, owner_label
 from tests.conftest import bearer
@@ -97,14 +98,19 @@ async def test_a_consented_token_asks_as_an_oauth_principal_and_every_grant_is_a
         issued = await grant(http, served.url, REDIRECT)
         assert issued["token_type"] == "Bearer" and issued["scope"] == "hitl:ask"
         assert issued["expires_in"] == 3600
-        async with Client(bearer(served.mcp, issued["access_token"])) as client:
+        host = Implementation(name="claude-ai", version="1")
+        async with Client(
+            bearer(served.mcp, issued["access_token"]), mode="legacy", client_info=host
+        ) as client:
             result = await client.call_tool("notify_user", {"message": "hello"})
         broker = await served.runtime.broker()
         (request,) = await broker.store.list()
         principal = of_owner(request.owner)
         assert principal.kind == "oauth"
         assert principal.name == f"ana|operator|{issued['client_id']}|{served.url}"
-        assert owner_label(request.owner, "claude-ai") == "claude-ai (ana (OAuth))"
+        assert owner_label(request.owner, "claude-ai") == "claude-ai (ana via OAuth)"
+        (created,) = [r for r in await broker.store.audit(request.id) if r.event == "created"]
+        assert (created.actor, created.data["owner"]) == ("claude-ai", request.owner)  # who asked, audited
         assert result.structured_content is not None
         kinds = [(event, actor) for event, actor, _ in await events(served)]
         assert kinds == [

@@ -54,7 +54,7 @@ class Principal:
         if self.kind == "stdio":
             return f"{self.name} (stdio)"
         if self.kind == "oauth":
-            return f"{self.name.split(OAUTH_SEPARATOR, 1)[0]} (OAuth)"
+            return f"{self.name.split(OAUTH_SEPARATOR, 1)[0]} via OAuth"
         return f"{self.kind} {self.name}"
 
     @classmethod

@@ -578,6 +578,7 @@ class PostgresStore:
                     "channels": request.channels,
                     "payload_sha256": request.payload_sha256,
                     "expires_at": request.expires_at,
+                    "owner": request.owner,
                 },
                 at=at,
             )

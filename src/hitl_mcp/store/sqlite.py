@@ -570,6 +570,7 @@ class SqliteStore:
                         "channels": request.channels,
                         "payload_sha256": request.payload_sha256,
                         "expires_at": request.expires_at,
+                        "owner": request.owner,
                     },
                     at=request.created_at,
                 )
