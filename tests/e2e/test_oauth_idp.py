@@ -23,6 +23,7 @@ from mcp import Client
 
 from hitl_mcp.core.principal import of_owner
 from hitl_mcp.kit.signing import b64url, unb64url
+from hitl_mcp.web.oauth.external import REFETCH_AFTER
 from tests.conftest import ROOT, bearer, free_port
 from tests.support.oauth import Served, serve_oauth
 
@@ -55,10 +56,12 @@ def node_project() -> None:
 
 
 @contextlib.asynccontextmanager
-async def provider(token_format: str = "jwt", ttl: int = 300, key: Path | None = None) -> AsyncIterator[str]:
+async def provider(
+    token_format: str = "jwt", ttl: int = 300, key: Path | None = None, port: int | None = None
+) -> AsyncIterator[str]:
     """oidc-provider on a loopback port; its issuer URL. ``key``: a file with its signing key (made
-    there if missing), to share it with another provider."""
-    port = free_port()
+    there if missing), to share it with another provider; ``port``: the same issuer again."""
+    port = port or free_port()
     args = ["node", "idp.mjs", str(port), token_format, str(ttl), *([str(key)] if key else [])]
     async with await anyio.open_process(
         args, cwd=str(TS), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
@@ -139,6 +142,25 @@ async def test_jwt_access_tokens_are_checked_against_the_providers_keys(
             narrow = await token_from(issuer, served.mcp, NARROW, "other")
             assert await status(served, narrow) == 403
             assert await status(served, token) == 200  # the real one, still
+
+
+async def test_the_keys_are_kept_and_a_rotation_is_followed(state_dir: Path) -> None:
+    """The key set is fetched once: with the provider down, its token still checks. The provider back
+    with a new key (a rotation: same issuer, a new kid): its new token has the key set fetched again
+    at once, and the old key, no longer published, no longer counts."""
+    port = free_port()
+    issuer = f"http://127.0.0.1:{port}"
+    async with serve_oauth(state_dir, external(issuer)) as served:
+        async with provider("jwt", port=port):
+            old = await token_from(issuer, served.mcp)
+            assert await status(served, old) == 200
+        assert await status(served, old) == 200  # the provider is down: its keys were kept
+        async with provider("jwt", port=port):
+            new = await token_from(issuer, served.mcp)
+            keys = served.oauth.external
+            await anyio.sleep(max(0.0, keys._fetched + REFETCH_AFTER - time.monotonic()))  # the refetch limit
+            assert await status(served, new) == 200
+            assert await status(served, old) == 401
 
 
 async def test_an_expired_jwt_is_refused(state_dir: Path) -> None:
