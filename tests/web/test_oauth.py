@@ -93,7 +93,7 @@ async def test_a_bare_401_names_the_metadata_that_leads_to_the_authorization_ser
 async def test_a_consented_token_asks_as_an_oauth_principal_and_every_grant_is_audited(
     state_dir: Path,
 ) -> None:
-    extra = "people:\n  ana: {web: operator, oauth: operator}\n"
+    extra = "people:\n  ana: {oauth: operator}\n"
     async with serve_oauth(state_dir, extra=extra) as served, httpx2.AsyncClient() as http:
         issued = await grant(http, served.url, REDIRECT)
         assert issued["token_type"] == "Bearer" and issued["scope"] == "hitl:ask"
