@@ -62,12 +62,12 @@ class Credentials:
             return None
         if self.auth.check_token(token):
             return Principal.operator()
-        if self.oauth is not None and self.oauth.takes(token):
-            return await self.oauth.principal(token)
         digest = token_digest(token)
         name = self.configured.get(digest)
         if name is not None:
             return Principal.agent(name)
+        if self.oauth is not None and self.oauth.takes(token):
+            return await self.oauth.principal(token)
         broker = await self.get_broker()
         row = await broker.store.credential(AGENT_CREDENTIAL, digest)
         if row is not None:

@@ -112,7 +112,7 @@ class ExternalTokens:
             return self._find(kid)
         async with self._lock:
             if self._find(kid) is None or time.monotonic() - self._fetched >= KEYS_TTL:
-                if time.monotonic() - self._fetched >= REFETCH_AFTER or not self._keys:
+                if time.monotonic() - self._fetched >= REFETCH_AFTER:  # never fetched: 0
                     await self._fetch_keys()
         return self._find(kid)
 
