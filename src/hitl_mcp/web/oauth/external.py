@@ -5,7 +5,7 @@
   metadata), asymmetric algorithms only; ``iss`` exactly the issuer, ``aud`` this server's resource
   (RFC 8707: a token for anything else is refused), ``exp`` (with ``leeway``), and the ``hitl:ask``
   scope. The key set is kept for 10 minutes; a token signed by a key it does not hold fetches it
-  again (at most every 10 s), so a rotation at the provider is followed at once.
+  again (at most every 2 s), so a rotation at the provider is followed at once.
 - Anything else is an opaque token: asked about at the provider's introspection endpoint (RFC 7662,
   ``server.oauth.introspection``) with the same checks, each answer kept until the token expires,
   at most a minute.
@@ -30,7 +30,7 @@ log = logging.getLogger("hitl_mcp")
 
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
 KEYS_TTL = 600.0
-REFETCH_AFTER = 10.0
+REFETCH_AFTER = 2.0
 INTROSPECTION_TTL = 60.0
 CACHE_LIMIT = 10_000
 TIMEOUT = 10.0
