@@ -164,9 +164,9 @@ async def test_the_keys_are_kept_and_a_rotation_is_followed(state_dir: Path) -> 
 
 
 async def test_an_expired_jwt_is_refused(state_dir: Path) -> None:
-    async with provider("jwt", ttl=1) as issuer, serve_oauth(state_dir, external(issuer)) as served:
+    async with provider("jwt", ttl=4) as issuer, serve_oauth(state_dir, external(issuer)) as served:
         token = await token_from(issuer, served.mcp)
-        expires = json.loads(unb64url(token.split(".")[1]))["exp"]
+        expires = json.loads(unb64url(token.split(".")[1]))["exp"]  # 3 to 4 s from now: iat is whole seconds
         assert await status(served, token) == 200
         await anyio.sleep(max(0.0, expires - time.time()) + 1.05)  # a token's clock, not an event
         assert await status(served, token) == 401
