@@ -29,6 +29,7 @@ from tests.conftest import TOKEN
 from tests.support.mail import Certs
 from tests.support.oauth import Callback, MemoryTokens, Served, callback_server, serve_oauth
 from tests.support.serve import serving
+from tests.web.test_inbox_access import AXE, AXE_RUN
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -74,22 +75,32 @@ class Person:
         self.browser = browser
         self.callback = callback
         self.consents: list[str] = []
+        self.violations: list[str] = []
+        """What axe-core found on the sign-in and consent pages (when tests/ts has it)."""
 
     async def redirect(self, url: str) -> None:
         """The SDK's ``redirect_handler``: the authorization URL, opened in Chromium."""
         ctx = await self.browser.new_context()
         try:
+            if AXE.exists():
+                await ctx.add_init_script(path=str(AXE))
             page = await ctx.new_page()
             await page.goto(url)
+            await self.axe(page, "sign-in for consent")
             await page.fill("#signin-token", TOKEN)  # signed out: the sign-in page comes first
             await page.click("form.signin-form button[type=submit]")
             await page.wait_for_selector("form.consent-form")
+            await self.axe(page, "consent")
             self.consents.append(await page.inner_text(".consent-client"))
             seen = len(self.callback.answers)
             await page.click("button[value=allow]")
             await self.callback.next(seen)
         finally:
             await ctx.close()
+
+    async def axe(self, page: Any, label: str) -> None:
+        if AXE.exists():
+            self.violations += await page.evaluate(AXE_RUN, label)
 
     async def code(self) -> AuthorizationCodeResult:
         """The SDK's ``callback_handler``: what came back to the redirect URI."""
@@ -173,6 +184,7 @@ async def test_the_sdk_client_registers_gets_consent_in_chromium_calls_refreshes
             result = await client.call_tool("notify_user", {"message": "hello over OAuth"})
             assert not result.is_error
             assert person.consents == ["SDK test client"]
+            assert person.violations == []
             assert storage.client is not None and storage.client.client_id  # registered (DCR)
             (principal,) = await asked_by(served)
             assert principal.kind == "oauth" and storage.client.client_id in principal.name
