@@ -36,6 +36,10 @@ class Choice(BaseModel):
     """For ``request_approval``: how many of which people must approve."""
 
 
+#: identities a person may have besides their channels': ``oauth``, the subject of their access tokens
+IDENTITIES = ("oauth",)
+
+
 def check(
     people: Mapping[str, Person],
     escalation: Mapping[str, LadderConfig],
@@ -54,7 +58,7 @@ def check(
         if not _NAME.fullmatch(name):
             problems.append((("people", name), f"person name {_show(name)} is not valid: {_NAME_HELP}"))
         for key in person:
-            if key not in channels and key not in types:
+            if key not in channels and key not in types and key not in IDENTITIES:
                 problems.append(
                     (
                         ("people", name, key),

@@ -119,6 +119,8 @@ class CredentialRow:
     created_at: float
     revoked_at: float | None
     revoked_by: str | None
+    expires_at: float | None = None
+    """Past this, it is no longer live (OAuth codes and tokens); None: until revoked."""
 
 
 @dataclass(frozen=True)

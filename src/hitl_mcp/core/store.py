@@ -237,14 +237,21 @@ class Store(Protocol):
         ...
 
     async def add_credential(
-        self, kind: str, name: str, digest: str, data: dict[str, Any], actor: str
+        self,
+        kind: str,
+        name: str,
+        digest: str,
+        data: dict[str, Any],
+        actor: str,
+        expires_at: float | None = None,
     ) -> CredentialRow:
         """Keep a credential, with its ``<kind>_added`` audit row (the name and ``data``), in one
-        transaction. Raises ``KeyConflict`` if ``name`` already has a live one of this kind."""
+        transaction. Raises ``KeyConflict`` if ``name`` already has a live one of this kind.
+        ``expires_at``: past it, ``credential`` no longer finds it (an OAuth code or token)."""
         ...
 
     async def credential(self, kind: str, digest: str) -> CredentialRow | None:
-        """The live credential of ``kind`` with this digest, or None."""
+        """The live credential of ``kind`` with this digest (not revoked, not expired), or None."""
         ...
 
     async def credentials(self, kind: str) -> builtins.list[CredentialRow]:

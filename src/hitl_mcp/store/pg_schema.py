@@ -203,4 +203,9 @@ MIGRATIONS: list[str] = [
     );
     CREATE UNIQUE INDEX credentials_live ON credentials(kind, name) WHERE revoked_at IS NULL;
     """,
+    # credentials that expire (OAuth codes and tokens, web/oauth/): refused once past, by the lookup
+    """
+    ALTER TABLE credentials ADD COLUMN expires_at DOUBLE PRECISION;
+    CREATE INDEX credentials_expiry ON credentials(expires_at) WHERE expires_at IS NOT NULL;
+    """,
 ]

@@ -578,6 +578,7 @@ class PostgresStore:
                     "channels": request.channels,
                     "payload_sha256": request.payload_sha256,
                     "expires_at": request.expires_at,
+                    "owner": request.owner,
                 },
                 at=at,
             )
@@ -1197,20 +1198,27 @@ class PostgresStore:
     # --- credentials --------------------------------------------------------------------------
 
     async def add_credential(
-        self, kind: str, name: str, digest: str, data: dict[str, Any], actor: str
+        self,
+        kind: str,
+        name: str,
+        digest: str,
+        data: dict[str, Any],
+        actor: str,
+        expires_at: float | None = None,
     ) -> CredentialRow:
         at = now()
 
         async def work(tx: _Tx) -> CredentialRow:
             row = await tx.conn.fetchrow(
-                "INSERT INTO credentials (kind, name, digest, data, created_by, created_at)"
-                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING *",
+                "INSERT INTO credentials (kind, name, digest, data, created_by, created_at, expires_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING RETURNING *",
                 kind,
                 name,
                 digest,
                 json.dumps(data),
                 actor,
                 at,
+                expires_at,
             )
             if row is None:
                 raise KeyConflict(f"{kind} {name!r} already has a live credential")
@@ -1222,9 +1230,11 @@ class PostgresStore:
     async def credential(self, kind: str, digest: str) -> CredentialRow | None:
         async def work(conn: Conn) -> CredentialRow | None:
             row = await conn.fetchrow(
-                "SELECT * FROM credentials WHERE digest = $1 AND kind = $2 AND revoked_at IS NULL",
+                "SELECT * FROM credentials WHERE digest = $1 AND kind = $2 AND revoked_at IS NULL"
+                " AND (expires_at IS NULL OR expires_at > $3)",
                 digest,
                 kind,
+                now(),
             )
             return None if row is None else _credential(row)
 

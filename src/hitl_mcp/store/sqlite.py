@@ -246,6 +246,11 @@ MIGRATIONS: list[str] = [
     );
     CREATE UNIQUE INDEX credentials_live ON credentials(kind, name) WHERE revoked_at IS NULL;
     """,
+    # credentials that expire (OAuth codes and tokens, web/oauth/): refused once past, by the lookup
+    """
+    ALTER TABLE credentials ADD COLUMN expires_at REAL;
+    CREATE INDEX credentials_expiry ON credentials(expires_at) WHERE expires_at IS NOT NULL;
+    """,
 ]
 
 AUTOCHECKPOINT_PAGES = 20_000  # about 80 MB of WAL
@@ -565,6 +570,7 @@ class SqliteStore:
                         "channels": request.channels,
                         "payload_sha256": request.payload_sha256,
                         "expires_at": request.expires_at,
+                        "owner": request.owner,
                     },
                     at=request.created_at,
                 )
@@ -1178,7 +1184,13 @@ class SqliteStore:
     # --- credentials --------------------------------------------------------------------------
 
     async def add_credential(
-        self, kind: str, name: str, digest: str, data: dict[str, Any], actor: str
+        self,
+        kind: str,
+        name: str,
+        digest: str,
+        data: dict[str, Any],
+        actor: str,
+        expires_at: float | None = None,
     ) -> CredentialRow:
         at = now()
 
@@ -1186,9 +1198,9 @@ class SqliteStore:
             with _transaction(db):
                 try:
                     row = db.execute(
-                        "INSERT INTO credentials (kind, name, digest, data, created_by, created_at)"
-                        " VALUES (?, ?, ?, ?, ?, ?) RETURNING *",
-                        (kind, name, digest, json.dumps(data), actor, at),
+                        "INSERT INTO credentials (kind, name, digest, data, created_by, created_at,"
+                        " expires_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING *",
+                        (kind, name, digest, json.dumps(data), actor, at, expires_at),
                     ).fetchone()
                 except sqlite3.IntegrityError:
                     raise KeyConflict(f"{kind} {name!r} already has a live credential") from None
@@ -1200,8 +1212,9 @@ class SqliteStore:
     async def credential(self, kind: str, digest: str) -> CredentialRow | None:
         def work(db: sqlite3.Connection) -> Any:
             row = db.execute(
-                "SELECT * FROM credentials WHERE digest = ? AND kind = ? AND revoked_at IS NULL",
-                (digest, kind),
+                "SELECT * FROM credentials WHERE digest = ? AND kind = ? AND revoked_at IS NULL"
+                " AND (expires_at IS NULL OR expires_at > ?)",
+                (digest, kind, now()),
             ).fetchone()
             return None if row is None else _credential(row)
 

@@ -9,7 +9,9 @@ forms' alike); ``pages.py`` the server-rendered inbox (Jinja2 templates and the 
 the templates, headers and form reading every page shares; ``auth.py`` the web token; ``sessions.py``
 inbox sessions and their CSRF tokens (the sign-in form's too); ``signin.py`` ``/login`` and URL-mode
 links; ``throttle.py`` the limit on wrong tokens; ``rebinding.py`` the Host and Origin checks on
-loopback; ``limits.py`` and ``deadline.py`` bounds on bodies and on slow request headers.
+loopback; ``limits.py`` and ``deadline.py`` bounds on bodies and on slow request headers;
+``credentials.py`` who may use ``/mcp``, and ``oauth/`` OAuth 2.1 for it (the resource metadata, an
+external provider's tokens, the built-in authorization server and its consent page).
 """
 
 WEB_RESPONDER = "web inbox user"

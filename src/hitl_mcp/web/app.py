@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
     from hitl_mcp.config import Config
+    from hitl_mcp.core.store import Store
+    from hitl_mcp.web.oauth import OAuth
 
 Transport = Literal["stdio", "sse", "http"]
 GetBroker = Callable[[], Awaitable[Broker]]
@@ -80,7 +82,10 @@ def build_app(
     # the bound port and public_url: the SDK's own check (three fixed names, any port) stands aside
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     agents = {name: agent.token.get_secret_value() for name, agent in config.agents.items()}
-    credentials = Credentials(auth, agents, get_broker)
+    oauth = _oauth(config, get_broker, auth)
+    if oauth is not None:
+        routes += oauth.routes()
+    credentials = Credentials(auth, agents, get_broker, oauth)
     if mcp is not None and transport == "http":
         inner = mcp.streamable_http_app(host=host, transport_security=security)
         routes += _guarded(inner.routes, credentials)
@@ -95,10 +100,24 @@ def build_app(
         routes += _guarded(inner.routes, credentials)
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Problem: render_problem})
     app.state.web = Web(get_broker, Sessions(auth, get_broker, public_url), web_channel, RequestLinks(auth))
+    app.state.oauth = oauth
     app.add_middleware(BodyLimit, max_bytes=config.server.http.max_body_bytes)
     if is_loopback(host):  # added last: it runs first
         app.add_middleware(HostCheck, allowed=Allowed.for_bind(host, port, public_url))
     return app
+
+
+def _oauth(config: Config, get_broker: GetBroker, auth: WebAuth) -> OAuth | None:
+    """``server.oauth``, built (``oauth/``); None without it."""
+    settings = config.server.oauth
+    if settings is None or config.server.public_url is None:
+        return None
+    from hitl_mcp.web.oauth import OAuth
+
+    async def get_store() -> Store:
+        return (await get_broker()).store
+
+    return OAuth(settings, config.server.public_url, config.people, get_store, auth.signer("oauth-consent"))
 
 
 def channel_routes(config: Config, get_broker: GetBroker) -> list[BaseRoute]:
