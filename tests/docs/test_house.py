@@ -135,3 +135,44 @@ def test_module_names_written_as_strings_exist() -> None:
         assert callable(getattr(importlib.import_module(module), attr))
     for name in names:
         importlib.import_module(name)
+
+
+def test_no_import_circles() -> None:
+    """No two modules import each other, directly or round a circle (lazy and type-only imports
+    count): a circle means an idea lives in the wrong module."""
+    modules = {module for module, _, _, _ in _imports()}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, _, _, imported in _imports():
+        target = imported
+        while target and target not in modules:  # `from hitl_mcp.x import name`: the module x
+            target = target.rpartition(".")[0]
+        if target and target != module and not module.startswith(target + "."):  # not its own package
+            graph[module].add(target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    assert circles == [], circles

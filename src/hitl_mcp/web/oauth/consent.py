@@ -11,7 +11,7 @@ kept hashed and audited (``oauth_code_added``), goes back to the client's redire
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from starlette.requests import Request as HttpRequest
@@ -21,19 +21,22 @@ from starlette.routing import BaseRoute, Route
 from hitl_mcp.core.principal import ASK_SCOPE, OPERATOR
 from hitl_mcp.web.deps import page_context, web
 from hitl_mcp.web.errors import Problem
-from hitl_mcp.web.oauth.provider import CONSENT_PATH, Pending
+from hitl_mcp.web.oauth.provider import CONSENT_PATH, BuiltinProvider, Pending
 from hitl_mcp.web.pagekit import PAGE_HEADERS, read_form, render
 from hitl_mcp.web.signin import NO_TRACE, signin_page
-
-if TYPE_CHECKING:
-    from hitl_mcp.web.oauth import OAuth
 
 SCOPE_TEXT = {ASK_SCOPE: "ask you questions, ask for approvals and notify you, through this server"}
 STALE = "This request for access is not valid or has expired. Start again from the app that asked."
 
 
-def _oauth(http: HttpRequest) -> OAuth:
-    oauth: OAuth = http.app.state.oauth
+class _HasProvider(Protocol):
+    """What the consent pages need of the app's ``OAuth`` (``web/oauth/__init__.py``)."""
+
+    provider: BuiltinProvider | None
+
+
+def _oauth(http: HttpRequest) -> _HasProvider:
+    oauth: _HasProvider = http.app.state.oauth
     return oauth
 
 
