@@ -12,6 +12,7 @@ Deny is always offered. Every channel words its buttons from these; none decides
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -30,10 +31,15 @@ INBOX_ACTION = "Review and approve in the inbox"
 
 @dataclass(frozen=True)
 class Room:
-    """How much of a preview a channel shows: ``size`` in ``unit``."""
+    """How much of a preview a channel shows: ``size`` in ``unit``, counted on the text as the
+    channel sends it (``escape``: HTML's or Slack's entities take room too)."""
 
     size: int
     unit: Unit = "chars"
+    escape: Callable[[str], str] | None = None
+
+    def measure(self, text: str) -> int:
+        return measure(self.escape(text) if self.escape else text, self.unit)
 
 
 def measure(text: str, unit: Unit) -> int:
@@ -51,7 +57,7 @@ def shown(channel: Channel, request: Request) -> Shown | None:
     room = channel.preview_room()
     if room is None:
         return fit(request.preview, 1 << 62)
-    return fit(request.preview, room.size, lambda text: measure(text, room.unit))
+    return fit(request.preview, room.size, room.measure)
 
 
 def approve_here(channel: Channel, request: Request) -> str | None:
