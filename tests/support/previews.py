@@ -51,7 +51,13 @@ TABLE: dict[str, Any] = {
     "title": "The 14 invoices to void",
     "columns": ["number", "customer", "issued", "amount", "currency"],
     "rows": [
-        [f"INV-2026-{n:04d}", f"Customer {chr(65 + n % 26)} Ltd", f"2026-0{1 + n % 9}-1{n % 10}", 120.5 * n, "EUR"]
+        [
+            f"INV-2026-{n:04d}",
+            f"Customer {chr(65 + n % 26)} Ltd",
+            f"2026-0{1 + n % 9}-1{n % 10}",
+            120.5 * n,
+            "EUR",
+        ]
         for n in range(1, 15)
     ],
 }
@@ -62,7 +68,8 @@ JSON: dict[str, Any] = {
 MARKDOWN: dict[str, Any] = {
     "kind": "markdown",
     "title": "Reply to the customer",
-    "text": "Hello Ana,\n\nYour refund of **EUR 120.50** was sent today.\n\n- Order: 4821\n- Bank: 2-3 days\n",
+    "text": "Hello Ana,\n\nYour refund of **EUR 120.50** was sent today.\n\n"
+    "- Order: 4821\n- Bank: 2-3 days\n",
 }
 KINDS: dict[str, dict[str, Any]] = {
     "diff": DIFF,

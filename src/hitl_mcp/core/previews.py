@@ -131,7 +131,10 @@ def normalise(preview: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": given.kind}
     match given:
         case DiffPreview(diff=str(text)):
-            out["files"] = diffs.parse(text)
+            try:
+                out["files"] = diffs.parse(text)
+            except ValueError as exc:
+                raise PreviewError(str(exc)) from None
         case DiffPreview(files=list(files)):
             out["files"] = [diffs.make(f.path, f.old, f.new) for f in files]
         case CommandPreview(command=list(argv)):
