@@ -144,13 +144,13 @@ def _file(number: int, entry: dict[str, Any]) -> Markup:
         return head + Markup('<p class="muted">A binary file: its content is not shown.</p>')
     lexer = _lexer_for(entry["path"])
     lines = diffs.lines(entry)
-    return head + _unified(lines, lexer) + _split(lines, lexer)
+    return head + _unified(lines, lexer, entry["path"]) + _split(lines, lexer, entry["path"])
 
 
 _SIGN = {"added": "+", "removed": "−", "context": " ", "note": "", "hunk": ""}
 
 
-def _unified(lines: list[diffs.Line], lexer: Lexer | None) -> Markup:
+def _unified(lines: list[diffs.Line], lexer: Lexer | None, path: str) -> Markup:
     rows = []
     for line in lines:
         if line.kind == "hunk":
@@ -167,7 +167,7 @@ def _unified(lines: list[diffs.Line], lexer: Lexer | None) -> Markup:
                 _said(line, lexer),
             )
         )
-    return _diff_table("unified", Markup("").join(rows), ("Old line", "New line", "Change"))
+    return _diff_table("unified", path, Markup("").join(rows), ("Old line", "New line", "Change"))
 
 
 def _said(line: diffs.Line, lexer: Lexer | None) -> Markup:
@@ -179,7 +179,7 @@ def _said(line: diffs.Line, lexer: Lexer | None) -> Markup:
     return label + _line(line.text, lexer)
 
 
-def _split(lines: list[diffs.Line], lexer: Lexer | None) -> Markup:
+def _split(lines: list[diffs.Line], lexer: Lexer | None, path: str) -> Markup:
     """Side by side: removed lines on the left paired with the added lines that replace them."""
     rows: list[Markup] = []
     removed: list[diffs.Line] = []
@@ -209,7 +209,7 @@ def _split(lines: list[diffs.Line], lexer: Lexer | None) -> Markup:
                     Markup("<tr>{}{}</tr>").format(_half(line, lexer, "old"), _half(line, lexer, "new"))
                 )
     flush()
-    return _diff_table("split", Markup("").join(rows), ("Old line", "Before", "New line", "After"))
+    return _diff_table("split", path, Markup("").join(rows), ("Old line", "Before", "New line", "After"))
 
 
 def _half(line: diffs.Line | None, lexer: Lexer | None, side: str = "") -> Markup:
@@ -221,12 +221,13 @@ def _half(line: diffs.Line | None, lexer: Lexer | None, side: str = "") -> Marku
     )
 
 
-def _diff_table(view: str, rows: Markup, heads: tuple[str, ...]) -> Markup:
+def _diff_table(view: str, path: str, rows: Markup, heads: tuple[str, ...]) -> Markup:
     header = Markup("").join(Markup('<th scope="col">{}</th>').format(h) for h in heads)
+    name = f"{'Unified' if view == 'unified' else 'Side-by-side'} diff of {path}"
     return Markup(
-        '<div class="diff-scroll diff-{}" tabindex="0" role="region" aria-label="{} diff">'
+        '<div class="diff-scroll diff-{}" tabindex="0" role="region" aria-label="{}">'
         '<table class="diff"><thead class="sr-only"><tr>{}</tr></thead><tbody>{}</tbody></table></div>'
-    ).format(view, "Unified" if view == "unified" else "Side-by-side", header, rows)
+    ).format(view, name, header, rows)
 
 
 def _command(preview: dict[str, Any]) -> Markup:
