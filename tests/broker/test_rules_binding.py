@@ -213,6 +213,8 @@ async def before_binding(
         db.executescript(
             "ALTER TABLE rules DROP COLUMN shown; ALTER TABLE rules DROP COLUMN max_risk;"
             "DROP TABLE credentials;"
+            "ALTER TABLE requests DROP COLUMN preview; ALTER TABLE requests DROP COLUMN preview_sha256;"
+            "ALTER TABLE replies DROP COLUMN preview_sha256;"
             f"PRAGMA user_version = 9; {old_rule('0')};"
         )
         db.close()
@@ -238,6 +240,8 @@ async def before_binding(
         try:
             await conn.execute(
                 "ALTER TABLE rules DROP COLUMN shown, DROP COLUMN max_risk; DROP TABLE credentials;"
+                "ALTER TABLE requests DROP COLUMN preview, DROP COLUMN preview_sha256;"
+                "ALTER TABLE replies DROP COLUMN preview_sha256;"
                 f"UPDATE hitl_schema SET version = 9; {old_rule('FALSE')};"
             )
         finally:

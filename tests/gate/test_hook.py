@@ -292,3 +292,39 @@ async def test_a_bad_timeout_blocks_with_exit_2(tmp_path: Path) -> None:
     setup = Setup(tmp_path)
     code, out, err = await setup.hook("claude-code", event("claude-code-pretooluse.json"), "--timeout", "0")
     assert code == 2 and out is None and "--timeout must be more than 0 seconds" in err
+
+
+async def test_claude_code_edit_is_shown_as_the_diff_against_the_file_on_disk(tmp_path: Path) -> None:
+    """A real PreToolUse event for Edit on a real file: the person is shown the diff that would
+    apply, computed from the file as it is on disk (the agent's own words are not taken for it), with
+    its hash; a Bash call is shown as its command, with the risk its content carries."""
+    setup = Setup(tmp_path)
+    project = tmp_path / "shop"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "db.py").write_text(
+        "def connect():\n    return Database(url, timeout=5)\n\n\nRETRIES = 3\n"
+    )
+    edit = event(
+        "claude-code-pretooluse.json",
+        cwd=str(project),
+        tool_name="Edit",
+        tool_input={"file_path": "src/db.py", "old_string": "timeout=5", "new_string": "timeout=30"},
+        tool_use_id="toolu_01EDIT",
+    )
+    async with server_process(serve_args(setup.config, "--transport", "http"), setup.env):
+        (code, out, _), request = await hook_answered(setup, "claude-code", edit, "approve")
+        assert code == 0 and out["hookSpecificOutput"]["permissionDecision"] == "allow"
+        (file,) = request["preview"]["files"]
+        assert (file["path"], file["status"], file["added"], file["removed"]) == (
+            "src/db.py",
+            "modified",
+            1,
+            1,
+        )
+        assert "-    return Database(url, timeout=5)\n+    return Database(url, timeout=30)\n" in file["diff"]
+        assert request["preview_sha256"] and request["payload"]["arguments"]["old_string"] == "timeout=5"
+        rm = event("claude-code-pretooluse.json", tool_input={"command": "rm -rf build"}, cwd=str(project))
+        (_, out, _), request = await hook_answered(setup, "claude-code", rm, "deny")
+        assert request["preview"] == {"kind": "command", "command": "rm -rf build", "cwd": str(project)}
+        assert request["risk_reasons"] == ["deletes recursively without asking (rm -rf build)"]
+    assert (project / "src" / "db.py").read_text().count("timeout=5") == 1  # the hook never writes

@@ -261,9 +261,13 @@ async def test_payload_changed_after_approval_is_not_forwarded(tmp_path: Path) -
                     (request_id,),
                 ).rowcount
             assert changed == 1
-            await gate.reply(request_id, "approve")
+            # the approval is refused when it comes (the payload no longer hashes to what was asked)
+            async with gate.api() as api:
+                refused = await api.post(f"/api/requests/{request_id}/reply", json={"decision": "approve"})
+            assert refused.status_code == 403 and "the payload changed after it was asked" in refused.text
+            await gate.reply(request_id, "deny")
     assert result.is_error
-    assert "no longer matches the hash the person approved" in text_of(result)
+    assert "denied" in text_of(result)
     assert gate.marks() == []
 
 

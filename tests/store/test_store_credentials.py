@@ -93,8 +93,13 @@ async def test_owners_from_before_principals_become_stdio_hosts(tmp_path: Path) 
     db.execute("UPDATE requests SET owner = 'claude-code'")
     db.execute("UPDATE rules SET agent = 'claude-code' WHERE agent = 'x'")
     db.execute("DROP TABLE credentials")
-    principals = next(i for i, m in enumerate(MIGRATIONS) if "CREATE TABLE credentials" in m)
-    db.execute(f"PRAGMA user_version = {principals}")  # as it was before that migration
+    # back to the schema before that migration (found by what it does: others come after it)
+    before = next(i for i, m in enumerate(MIGRATIONS) if "CREATE TABLE credentials" in m)
+    db.executescript(
+        "ALTER TABLE requests DROP COLUMN preview; ALTER TABLE requests DROP COLUMN preview_sha256;"
+        "ALTER TABLE replies DROP COLUMN preview_sha256;"
+    )
+    db.execute(f"PRAGMA user_version = {before}")
     db.close()
 
     store = SqliteStore(path)

@@ -20,6 +20,7 @@ import anyio
 
 from hitl_mcp.broker.digests import held_until
 from hitl_mcp.broker.outbox import Outbox, silent_channels
+from hitl_mcp.broker.previews import refuse_unseen, with_preview
 from hitl_mcp.broker.routing import BrokerRouting
 from hitl_mcp.broker.rules import BrokerRules
 from hitl_mcp.broker.views import BrokerViews
@@ -40,6 +41,7 @@ from hitl_mcp.core.models import (
     payload_sha256,
 )
 from hitl_mcp.core.outcomes import check_reply, expiry_outcome
+from hitl_mcp.core.previews import preview_sha256
 from hitl_mcp.core.store import Engine, History, KeyConflict, Store
 from hitl_mcp.core.wording import already
 from hitl_mcp.kit.loops import forever, reason
@@ -169,6 +171,7 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         meets the gate first (``broker_rules``): while paused it is denied at once, and one a remembered
         rule covers is approved by the rule, with no one asked (never one that needs a quorum)."""
         policy = await self.policy_now()
+        spec, preview, reasons = with_preview(spec)  # routes, quorum and rules see the risk raised
         quorum = policy.quorum(spec.kind, spec.risk, spec.approvals, spec.to)
         if quorum is not None:  # the approvers are asked, with whoever else the call names
             spec = replace(spec, to=list(dict.fromkeys([*(spec.to or []), *quorum.of])))
@@ -198,7 +201,10 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
             allow_free_text=allow_free_text,
             payload=spec.payload,
             payload_sha256=payload_sha256(spec.payload) if spec.kind == Kind.APPROVAL else None,
+            preview=preview,
+            preview_sha256=preview_sha256(preview),
             risk=spec.risk,
+            risk_reasons=reasons,
             level=spec.level,
             default_answer=spec.default_answer,
             channels=channels,
@@ -233,8 +239,8 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
 
     @staticmethod
     def _dedupe_key(request: Request) -> str | None:
-        """Without a key, the same ask (all of it: text, details, choices, payload, risk) from the
-        same session while it is pending is the same request."""
+        """Without a key, the same ask (``Request.fingerprint``) from the same session while it is
+        pending is the same request."""
         if request.idempotency_key is not None or request.session_key is None:
             return None
         if request.kind == Kind.NOTIFICATION:
@@ -323,12 +329,14 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         not fit the request (``ReplyInvalid``) or an unknown id (``NotFound``)."""
         request = await self.get_or_raise(request_id)
         outcome = check_reply(request, reply) if request.status == Status.PENDING else {}
+        refuse_unseen(self.channels, request, reply)  # approved only where the preview was shown whole
         # credited to the person whose identity this is; the channel identity stays the actor. The
-        # payload hash is the one shown: a quorum counts a vote only for the payload it holds
+        # payload and preview hashes are the ones shown: an approval counts only for those it holds
         policy = await self.policy_now()
         person = policy.person_of(reply.channel, reply.responder)
         credit = {"person": person, "on_behalf_of": policy.on_behalf_of(person, request)}
-        reply = reply.model_copy(update={**credit, "payload_sha256": request.payload_sha256})
+        shown = {"payload_sha256": request.payload_sha256, "preview_sha256": request.preview_sha256}
+        reply = reply.model_copy(update={**credit, **shown})
         settled = await self.store.resolve(
             request_id, reply, outcome, await self._expiry(request), silent_channels(self.channels)
         )

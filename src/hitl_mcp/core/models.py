@@ -81,7 +81,12 @@ class Request(BaseModel):
     allow_free_text: bool = True
     payload: Any = None
     payload_sha256: str | None = None
+    preview: dict[str, Any] | None = None
+    """What the approval will do as a person reads it (``previews.normalise``'s stored form)."""
+    preview_sha256: str | None = None
     risk: Risk | None = None
+    risk_reasons: list[str] | None = None
+    """Why the content raised the risk ("deletes every row of invoices"; ``content_risk``)."""
     level: Level | None = None
     default_answer: str | None = None
     channels: list[str] = Field(default_factory=list)
@@ -144,6 +149,8 @@ class Request(BaseModel):
         ]
         if self.approvals is not None:  # only then: the fingerprints of requests without one are unchanged
             material.append(self.approvals.model_dump(mode="json"))
+        if self.preview_sha256 is not None:  # likewise
+            material.append({"preview_sha256": self.preview_sha256})
         return hashlib.sha256(canonical_json(material).encode()).hexdigest()
 
 
@@ -164,6 +171,8 @@ class Reply(BaseModel):
     """The person asked whom ``person`` answers for as their delegate: set by the broker."""
     payload_sha256: str | None = None
     """The payload hash of the request as it was read when the reply came: set by the broker."""
+    preview_sha256: str | None = None
+    """Likewise, the preview's hash: an approval covers both."""
     remember: bool | None = None
     """An "Approve & remember" button: once this approval wins, the broker keeps the default rule for
     it (``rules.exactly``: this agent, this tool, these exact arguments, 24 h); never for high risk."""
@@ -180,6 +189,7 @@ class Reply(BaseModel):
             comment=(self.comment or "").strip() or None,
             at=at,
             payload_sha256=self.payload_sha256,
+            preview_sha256=self.preview_sha256,
         )
 
 
@@ -205,6 +215,9 @@ class Outcome(BaseModel):
         None, description="For approvals: true only when a person approved. Expiry or cancel is false."
     )
     payload_sha256: str | None = Field(None, description="For approvals: SHA-256 of the payload approved.")
+    preview_sha256: str | None = Field(
+        None, description="For approvals with a preview: SHA-256 of the preview the person was shown."
+    )
     comment: str | None = None
     responder: str | None = Field(None, description="Who answered, as the channel knows them.")
     channel: str | None = Field(None, description="The channel the answer came through.")

@@ -73,6 +73,7 @@ class ReplyRow:
     person: str | None = None
     on_behalf_of: str | None = None
     payload_sha256: str | None = None
+    preview_sha256: str | None = None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,9 @@ rules:                         # the first rule that matches decides
     risk: high
     to: [owner]                # people / escalation: passed through (see docs/proxy.md)
     description: "Run `{{ arguments.command }}` in {{ arguments.cwd }}"
+  - tools: [run_query]
+    action: ask
+    preview: {kind: sql, argument: statement, dialect: postgres}   # what the person sees
 ```
 
 Errors name the file, line and key, like the main config (``config/``).
@@ -37,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hitl_mcp.config.errors import ConfigError
 from hitl_mcp.config.source import MAX_BYTES, _read_yaml
 from hitl_mcp.config.validation import convert as _convert
+from hitl_mcp.gate.previews import PreviewRule
 
 Action = Literal["allow", "ask", "deny"]
 RiskLevel = Literal["low", "medium", "high"]
@@ -101,6 +105,8 @@ class Rule(BaseModel):
     to: list[str] | None = None
     escalation: str | None = None
     timeout_seconds: float | None = Field(default=None, ge=1, le=30 * 86400)
+    preview: PreviewRule | None = None
+    """What the person sees of the call (``previews.py``): a kind and the argument that holds it."""
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -146,6 +152,7 @@ class Policy(BaseModel):
                     escalation=rule.escalation,
                     timeout_seconds=rule.timeout_seconds or self.timeout_seconds,
                     rule=index,
+                    preview=rule.preview,
                 )
         return Decision(
             action=self.default,
@@ -169,6 +176,7 @@ class Decision:
     timeout_seconds: float | None = None
     rule: int | None = None
     """The index of the rule that decided; None: the default."""
+    preview: PreviewRule | None = None
 
 
 def describe(template: str | None, tool: str, arguments: dict[str, Any]) -> str:

@@ -49,6 +49,7 @@ from hitl_mcp.core.errors import BrokerError
 from hitl_mcp.core.models import Kind, Request, Status, payload_sha256
 from hitl_mcp.core.store import StoreError
 from hitl_mcp.gate.policy import Decision, Policy
+from hitl_mcp.gate.previews import preview_for
 from hitl_mcp.gate.upstream import Upstream, UpstreamError
 from hitl_mcp.mcp.call_context import client_name, principal_of
 from hitl_mcp.mcp.settings import Settings, call_budget
@@ -225,6 +226,7 @@ class ProxyServer(MCPServer):
             text=decision.description,
             details=details,
             payload=gate_payload(name, arguments),
+            preview=preview_for(name, arguments, None, decision.preview),
             risk=decision.risk,
             channels=decision.channels,
             to=decision.to,

@@ -208,4 +208,12 @@ MIGRATIONS: list[str] = [
     ALTER TABLE credentials ADD COLUMN expires_at DOUBLE PRECISION;
     CREATE INDEX credentials_expiry ON credentials(expires_at) WHERE expires_at IS NOT NULL;
     """,
+    # previews (core/previews.py): an approval's preview in its stored form (JSON) and its SHA-256,
+    # kept in columns of their own (a diff can be large: it stays out of the body every listing reads),
+    # and on each reply row the preview hash it was given for, beside the payload's
+    """
+    ALTER TABLE requests ADD COLUMN preview TEXT;
+    ALTER TABLE requests ADD COLUMN preview_sha256 TEXT;
+    ALTER TABLE replies ADD COLUMN preview_sha256 TEXT;
+    """,
 ]

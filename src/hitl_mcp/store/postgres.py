@@ -55,7 +55,7 @@ from hitl_mcp.core.store import (
 from hitl_mcp.kit.net import redact
 from hitl_mcp.store.anchor import Anchorer
 from hitl_mcp.store.pg_schema import MIGRATIONS, VERSION_TABLE
-from hitl_mcp.store.rows import BODY_FIELDS, votes_json
+from hitl_mcp.store.rows import BODY_FIELDS, asked, created, preview_json, votes_json
 from hitl_mcp.store.rows import audit_row as _audit_row
 from hitl_mcp.store.rows import credential as _credential
 from hitl_mcp.store.rows import delivery as _delivery
@@ -532,7 +532,8 @@ class PostgresStore:
                     body["approvals"] = request.approvals.model_dump(mode="json")
                 inserted = await conn.fetchval(
                     "INSERT INTO requests (id, kind, status, body, owner, idempotency_key, dedupe_key,"
-                    " session_key, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                    " session_key, created_at, expires_at, preview, preview_sha256)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
                     " ON CONFLICT DO NOTHING RETURNING id",
                     request.id,
                     request.kind.value,
@@ -544,6 +545,8 @@ class PostgresStore:
                     request.session_key,
                     request.created_at,
                     request.expires_at,
+                    preview_json(request),
+                    request.preview_sha256,
                 )
                 if inserted is None:  # a duplicate committed first: reattach to it below
                     row = await existing(conn)
@@ -567,21 +570,7 @@ class PostgresStore:
                     for ch in request.channels
                 ],
             )
-            await self._append(
-                tx,
-                request.id,
-                "created",
-                request.client_name,
-                {
-                    "kind": request.kind.value,
-                    "text": request.text,
-                    "channels": request.channels,
-                    "payload_sha256": request.payload_sha256,
-                    "expires_at": request.expires_at,
-                    "owner": request.owner,
-                },
-                at=at,
-            )
+            await self._append(tx, request.id, "created", request.client_name, created(request), at=at)
             if steps:
                 await conn.executemany(
                     "INSERT INTO steps (request_id, number, due_at, action, channels, label, status)"
@@ -663,7 +652,11 @@ class PostgresStore:
                 and current.expires_at <= at
             ):
                 current = await self._settle(tx, current, Status.EXPIRED, "expiry", expired, at, silent)
-            plan = plan_reply(current, reply, outcome, at)
+            first = await conn.fetchval(
+                "SELECT data FROM audit WHERE request_id = $1 AND event = 'created' ORDER BY seq LIMIT 1",
+                request_id,
+            )
+            plan = plan_reply(current, reply, outcome, at, None if first is None else asked(first))
             if plan.votes is not None:
                 await conn.execute(
                     "UPDATE requests SET votes = $1 WHERE id = $2 AND status = 'pending'",
@@ -703,8 +696,8 @@ class PostgresStore:
     ) -> None:
         await tx.conn.execute(
             "INSERT INTO replies (request_id, channel, responder, text, choice, decision, comment,"
-            " received_at, won, reason, person, on_behalf_of, payload_sha256)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+            " received_at, won, reason, person, on_behalf_of, payload_sha256, preview_sha256)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
             request_id,
             reply.channel,
             reply.responder,
@@ -718,6 +711,7 @@ class PostgresStore:
             reply.person,
             reply.on_behalf_of,
             reply.payload_sha256,
+            reply.preview_sha256,
         )
 
     async def close_request(

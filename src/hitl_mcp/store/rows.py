@@ -43,6 +43,7 @@ BODY_FIELDS = (
     "payload",
     "payload_sha256",
     "risk",
+    "risk_reasons",
     "level",
     "default_answer",
     "channels",
@@ -78,8 +79,36 @@ def request(row: Row) -> Request:
         person=row["person"],
         on_behalf_of=row["on_behalf_of"],
         votes=json.loads(row["votes"] or "[]"),
+        preview=None if row["preview"] is None else json.loads(row["preview"]),
+        preview_sha256=row["preview_sha256"],
         **json.loads(row["body"]),
     )
+
+
+def preview_json(request: Request) -> str | None:
+    """The ``preview`` column's text."""
+    return None if request.preview is None else json.dumps(request.preview, ensure_ascii=False)
+
+
+def created(request: Request) -> dict[str, Any]:
+    """The data of a request's ``created`` audit row: what was asked (``audit_replay`` replays it)."""
+    data = {
+        "kind": request.kind.value,
+        "text": request.text,
+        "channels": request.channels,
+        "payload_sha256": request.payload_sha256,
+        "expires_at": request.expires_at,
+        "owner": request.owner,
+    }
+    if request.preview_sha256 is not None:  # only then: the rows of requests without one are unchanged
+        data["preview_sha256"] = request.preview_sha256
+    return data
+
+
+def asked(data: Any) -> dict[str, Any]:
+    """The hashes a request was asked with, from its ``created`` row's data (text, as stored)."""
+    found = json.loads(data) if isinstance(data, str) else dict(data or {})
+    return {k: found.get(k) for k in ("payload_sha256", "preview_sha256")}
 
 
 @cache

@@ -43,7 +43,7 @@ from hitl_mcp.core.store import (
     StoreError,
 )
 from hitl_mcp.store.anchor import ANCHOR_FILE, Anchorer
-from hitl_mcp.store.rows import BODY_FIELDS, votes_json
+from hitl_mcp.store.rows import BODY_FIELDS, asked, created, preview_json, votes_json
 from hitl_mcp.store.rows import audit_row as _audit_row
 from hitl_mcp.store.rows import credential as _credential
 from hitl_mcp.store.rows import delivery as _delivery
@@ -250,6 +250,14 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE credentials ADD COLUMN expires_at REAL;
     CREATE INDEX credentials_expiry ON credentials(expires_at) WHERE expires_at IS NOT NULL;
+    """,
+    # previews (core/previews.py): an approval's preview in its stored form (JSON) and its SHA-256,
+    # kept in columns of their own (a diff can be large: it stays out of the body every listing reads),
+    # and on each reply row the preview hash it was given for, beside the payload's
+    """
+    ALTER TABLE requests ADD COLUMN preview TEXT;
+    ALTER TABLE requests ADD COLUMN preview_sha256 TEXT;
+    ALTER TABLE replies ADD COLUMN preview_sha256 TEXT;
     """,
 ]
 
@@ -528,7 +536,8 @@ class SqliteStore:
                     body["approvals"] = request.approvals.model_dump(mode="json")
                 db.execute(
                     "INSERT INTO requests (id, kind, status, body, owner, idempotency_key, dedupe_key,"
-                    " session_key, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " session_key, created_at, expires_at, preview, preview_sha256)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         request.id,
                         request.kind.value,
@@ -540,6 +549,8 @@ class SqliteStore:
                         request.session_key,
                         request.created_at,
                         request.expires_at,
+                        preview_json(request),
+                        request.preview_sha256,
                     ),
                 )
                 # a notification's sends are held for the caller, who attempts them at once and reports
@@ -560,19 +571,7 @@ class SqliteStore:
                         ),
                     )
                 self._append(
-                    db,
-                    request.id,
-                    "created",
-                    request.client_name,
-                    {
-                        "kind": request.kind.value,
-                        "text": request.text,
-                        "channels": request.channels,
-                        "payload_sha256": request.payload_sha256,
-                        "expires_at": request.expires_at,
-                        "owner": request.owner,
-                    },
-                    at=request.created_at,
+                    db, request.id, "created", request.client_name, created(request), at=request.created_at
                 )
                 for step in steps:
                     db.execute(
@@ -657,7 +656,11 @@ class SqliteStore:
                     and current.expires_at <= at
                 ):
                     current = self._settle(db, current, Status.EXPIRED, "expiry", expired, at, silent)
-                plan = plan_reply(current, reply, outcome, at)
+                first = db.execute(
+                    "SELECT data FROM audit WHERE request_id = ? AND event = 'created' ORDER BY seq LIMIT 1",
+                    (request_id,),
+                ).fetchone()
+                plan = plan_reply(current, reply, outcome, at, asked(first["data"]) if first else None)
                 if plan.votes is not None:
                     db.execute(
                         "UPDATE requests SET votes = ? WHERE id = ? AND status = 'pending'",
@@ -698,8 +701,8 @@ class SqliteStore:
     ) -> None:
         db.execute(
             "INSERT INTO replies (request_id, channel, responder, text, choice, decision, comment,"
-            " received_at, won, reason, person, on_behalf_of, payload_sha256)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " received_at, won, reason, person, on_behalf_of, payload_sha256, preview_sha256)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 request_id,
                 reply.channel,
@@ -714,6 +717,7 @@ class SqliteStore:
                 reply.person,
                 reply.on_behalf_of,
                 reply.payload_sha256,
+                reply.preview_sha256,
             ),
         )
 

@@ -28,17 +28,21 @@ BATCH_LIMIT = 200
 
 
 def plain(request: Request) -> bool:
-    """Whether a batch may approve it: a pending approval that is not high risk and needs no quorum."""
+    """Whether a batch may approve it: a pending approval that is not high risk, needs no quorum and
+    has no preview (a preview is approved on its own page, below the whole preview)."""
     return (
         request.kind == Kind.APPROVAL
         and request.status == Status.PENDING
         and request.risk != "high"
         and request.approvals is None
+        and request.preview is None
     )
 
 
 def why_left(request: Request) -> str:
     """Why a batch leaves an approval for the person's own review."""
+    if request.preview is not None and request.risk != "high" and request.approvals is None:
+        return "has a preview: approve it on its own page, below the whole preview"
     if request.approvals is not None:
         quorum = request.approvals
         return f"needs {quorum.required} of {len(quorum.of)} approvals: each vote is cast on its own"

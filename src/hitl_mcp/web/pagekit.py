@@ -15,7 +15,9 @@ from starlette.responses import HTMLResponse
 
 from hitl_mcp import __version__
 from hitl_mcp.core.models import Kind, Status, canonical_json, iso
+from hitl_mcp.core.previews import summary
 from hitl_mcp.web import MAX_BODY
+from hitl_mcp.web.previews import fits_card, preview_html
 from hitl_mcp.web.views import (
     agent_name,
     ago,
@@ -74,6 +76,9 @@ def _environment() -> Environment:
         pretty_json=pretty_json,
         visible_payload=visible_payload,
         compact_json=canonical_json,
+        preview_html=preview_html,
+        preview_summary=summary,
+        fits_card=fits_card,
         outcome_line=outcome_line,
         agent_name=agent_name,
         session_label=session_label,

@@ -9,6 +9,7 @@ from typing import Any, TypedDict
 
 from hitl_mcp.channels.ntfy.config import LABEL_LIMIT, MAX_ACTIONS, MESSAGE_LIMIT, TITLE_LIMIT, Config
 from hitl_mcp.core.models import Decision, Kind, Request, Status
+from hitl_mcp.core.previews import Shown
 from hitl_mcp.core.wording import expired, verdict
 
 _LEVEL_TAGS = {
@@ -28,10 +29,11 @@ class Button:
     code: str
 
 
-def buttons(request: Request) -> list[Button]:
-    """The answers offered as buttons; none for free text, or for more choices than ntfy shows."""
+def buttons(request: Request, approve: bool = True) -> list[Button]:
+    """The answers offered as buttons; none for free text, or for more choices than ntfy shows.
+    ``approve``: whether Approve is offered here (``fitting.approve_here``); if not, Deny alone."""
     if request.kind == Kind.APPROVAL:
-        return [Button("Approve", "approve"), Button("Deny", "deny")]
+        return [Button("Approve", "approve"), Button("Deny", "deny")] if approve else [Button("Deny", "deny")]
     if request.kind == Kind.QUESTION and request.choices and len(request.choices) <= MAX_ACTIONS:
         return [Button(_clip(choice, LABEL_LIMIT), f"c{i}") for i, choice in enumerate(request.choices)]
     return []
@@ -87,18 +89,27 @@ def priority(request: Request, config: Config) -> int:
     return p.error if request.level == "error" else p.notification
 
 
-def message(request: Request, config: Config, public_url: str | None) -> str:
+def message(request: Request, config: Config, public_url: str | None, preview: Shown | None = None) -> str:
     """The notification's text: the question or action, what the config lets out, how to answer,
-    and who asked, until when, under which id."""
-    parts = [request.text.strip()]
+    and who asked, until when, under which id. ``preview``: what is shown of the request's preview
+    (``fitting.shown``, within the channel's room), in place of the payload; the action before it is
+    kept short enough that a preview that fits is never cut."""
+    previewed = preview is not None and config.show_payload
+    parts = [_clip_bytes(request.text.strip(), 1000) if previewed else request.text.strip()]
     withheld = False
     if request.kind == Kind.APPROVAL:
+        if request.risk_reasons and config.show_payload:
+            parts.append(_clip_bytes("Risk: " + "; ".join(request.risk_reasons), 300))
+        if preview is not None and config.show_payload:
+            parts.append(_preview(preview))
         extras = [request.details] if request.details else []
-        if request.payload is not None:
+        if request.payload is not None and preview is None:
             extras.append(json.dumps(request.payload, indent=2, ensure_ascii=False, sort_keys=True))
         if extras and config.show_payload:
             parts.extend(extras)
-        withheld = bool(extras) and not config.show_payload
+        withheld = (bool(extras) or preview is not None) and not config.show_payload
+        if preview is not None and not preview.whole:
+            parts.append(f"Approve it in the hitl-mcp inbox, below the whole preview ({preview.note}).")
     elif request.context:
         if config.show_payload:
             parts.append(request.context)
@@ -109,6 +120,13 @@ def message(request: Request, config: Config, public_url: str | None) -> str:
     parts.extend(_how_to_answer(request, public_url))
     parts.append(_footer(request))
     return _clip_bytes("\n\n".join(p for p in parts if p), MESSAGE_LIMIT)
+
+
+def _preview(shown: Shown) -> str:
+    if shown.whole:
+        return f"Preview:\n{shown.text}"
+    head = f"Preview (first lines):\n{shown.text}\n" if shown.text else ""
+    return f"{head}{shown.summary}: {shown.note}."
 
 
 def _how_to_answer(request: Request, public_url: str | None) -> list[str]:
@@ -131,6 +149,8 @@ def _footer(request: Request) -> str:
         bits.append(f"expires {_when(request.expires_at)}")
     if request.kind == Kind.APPROVAL and request.payload_sha256:
         bits.append(f"payload SHA-256 {request.payload_sha256[:12]}…")
+    if request.kind == Kind.APPROVAL and request.preview_sha256:
+        bits.append(f"preview SHA-256 {request.preview_sha256[:12]}…")
     if request.kind == Kind.QUESTION and request.default_answer is not None:
         bits.append(f"if nobody answers: “{_clip(request.default_answer, 200)}”")
     bits.append(f"id {request.short_id}")
