@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from hitl_mcp.cli.requests import CliError, config_and_state, one_line, open_broker, run
+from hitl_mcp.cli.requests import CliError, config_and_state, group_options, one_line, open_broker, run
 from hitl_mcp.cli.rules import actor
 from hitl_mcp.core.principal import AGENT_CREDENTIAL, check_agent_name, token_digest
 
@@ -24,8 +24,12 @@ Command = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.Arg
 
 
 def add_commands(command: Command, common: Callable[[argparse.ArgumentParser], None]) -> None:
-    p = command("agent", cmd_agent, "add, list or revoke the agent tokens that MCP over HTTP needs")
-    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+    p = command(
+        "agent", cmd_agent, "add, list or revoke the agent tokens that MCP over HTTP needs; alone: list"
+    )
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    p.set_defaults(verb="list", json=False)  # `agent` alone lists
+    common(p)
     add = verbs.add_parser("add", help="make a token for an agent: printed once, kept only as a hash")
     add.add_argument("name", help="the agent's name: letters, digits, '.', '_', '-'")
     add.add_argument("--json", action="store_true", help='print {"name", "token"} only')
@@ -35,6 +39,7 @@ def add_commands(command: Command, common: Callable[[argparse.ArgumentParser], N
     revoke.add_argument("name", help="the agent's name")
     for shared in (add, listing, revoke):
         common(shared)
+    group_options(p, [add, listing, revoke])
 
 
 def cmd_agent(args: argparse.Namespace) -> int:

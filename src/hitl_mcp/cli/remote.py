@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from hitl_mcp.cli.requests import no_match
 from hitl_mcp.config import Config, resolve_http_port
 from hitl_mcp.kit.net import browser_url
 from hitl_mcp.kit.terminal import visible
@@ -67,7 +68,7 @@ def reply(base: str, token: str, prefix: str, body: dict[str, Any]) -> dict[str,
     if status == 200:
         return dict(data["request"])
     if status == 404:
-        raise RemoteError(f"no request matches {prefix!r} (see: hitl-mcp pending)")
+        raise RemoteError(no_match(prefix))
     if status == 409:
         raise RemoteError(f"not recorded: {data.get('error', 'no longer pending')}")
     raise RemoteError(str(data.get("error") or f"the server answered {status}"))

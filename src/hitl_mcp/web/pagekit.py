@@ -15,6 +15,7 @@ from starlette.responses import HTMLResponse
 
 from hitl_mcp import __version__
 from hitl_mcp.core.models import Kind, Status, canonical_json, iso
+from hitl_mcp.core.wording import trail_by, trail_data
 from hitl_mcp.web import MAX_BODY
 from hitl_mcp.web.views import (
     agent_name,
@@ -74,6 +75,8 @@ def _environment() -> Environment:
         pretty_json=pretty_json,
         visible_payload=visible_payload,
         compact_json=canonical_json,
+        trail_by=trail_by,
+        trail_data=trail_data,
         outcome_line=outcome_line,
         agent_name=agent_name,
         session_label=session_label,
