@@ -10,14 +10,12 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
-import os
 import secrets
-import select
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import anyio
 
@@ -39,6 +37,7 @@ from hitl_mcp.cli.requests import (
 )
 from hitl_mcp.cli.requests import config_and_state as _config
 from hitl_mcp.cli.store import check_store, cmd_migrate
+from hitl_mcp.kit.pipes import reader_gone, stopped_reading
 from hitl_mcp.kit.terminal import visible
 
 # The config, the SDK and the store are imported by the verbs that use them, when they run: `serve`
@@ -99,25 +98,6 @@ def _verb(args: argparse.Namespace) -> int:
         return 2 if isinstance(exc, MissingLibrary) else 1
     except KeyboardInterrupt:
         return 130
-
-
-def reader_gone(stream: TextIO) -> bool:
-    """Whether ``stream`` is a pipe whose reading end is closed (``hitl-mcp history | head -1``)."""
-    try:
-        poller = select.poll()
-        poller.register(stream.fileno(), select.POLLOUT)
-        return any(events & select.POLLERR for _, events in poller.poll(0))
-    except (AttributeError, OSError, ValueError):  # no poll (Windows), or no file behind the stream
-        return False
-
-
-def stopped_reading() -> int:
-    """The reader of our output stopped reading (``head``, a pager that quit): nothing failed, and
-    nothing more is said. stdout now goes nowhere, so that the interpreter's last flush is quiet."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
