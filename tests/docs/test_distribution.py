@@ -486,7 +486,9 @@ def test_docs_pages_have_no_repeated_sections(path: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("path", [README, ROOT / "docs" / "hosts.md"], ids=_name)
+@pytest.mark.parametrize(
+    "path", [README, ROOT / "docs" / "hosts.md", ROOT / "docs" / "getting-started.md"], ids=_name
+)
 def test_inspector_examples_use_the_inspector_the_tests_run(path: Path) -> None:
     """tests/e2e/test_ts_client.py drives this Inspector version's CLI: its options, then `--`, then the
     server's command (whose --config is not the Inspector's)."""

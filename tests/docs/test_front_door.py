@@ -343,23 +343,33 @@ def test_the_version_reader_reads_npm_ranges() -> None:
 # --- the commands after make run, as typed ----------------------------------------------------------
 
 
-def _activate_block() -> list[str]:
-    blocks = [b for b in _sh_blocks(README.read_text()) if b.startswith("source .venv/bin/activate")]
-    assert len(blocks) == 1, "the README's block after make run starts by putting hitl-mcp on the PATH"
+#: the pages that walk a newcomer from ``make run`` to an answer
+WALKS = [README, ROOT / "docs" / "getting-started.md"]
+
+
+def _activate_block(page: Path) -> list[str]:
+    blocks = [b for b in _sh_blocks(page.read_text()) if b.startswith("source .venv/bin/activate")]
+    assert len(blocks) == 1, "the block after make run starts by putting hitl-mcp on the PATH"
     return _commands(blocks[0])
 
 
-def _terminal_block() -> list[str]:
-    (block,) = [b for b in _sh_blocks(README.read_text()) if b.startswith("hitl-mcp pending")]
+def _terminal_block(page: Path) -> list[str]:
+    (block,) = [b for b in _sh_blocks(page.read_text()) if b.startswith("hitl-mcp pending")]
     return _commands(block)
 
 
-def test_the_readme_says_to_run_them_after_make_run() -> None:
-    text = README.read_text()
-    assert text.index("make run     #") < text.index("source .venv/bin/activate") < text.index("## Add it")
+@pytest.mark.parametrize("page", WALKS, ids=_name)
+def test_the_walk_says_to_run_them_after_make_run(page: Path) -> None:
+    text = page.read_text()
+    assert (
+        text.index("make run     #")
+        < text.index("source .venv/bin/activate")
+        < text.index("hitl-mcp pending")
+    )
 
 
-async def test_the_commands_after_make_run_work_as_typed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("page", WALKS, ids=_name)
+async def test_the_commands_after_make_run_work_as_typed(tmp_path: Path, page: Path) -> None:
     """``make run PORT=P`` (a free port, not 8765), then, in another shell whose ``PATH`` lacks the
     clone's .venv, with a throwaway home: the README's commands as written. They put ``hitl-mcp`` on
     the path, open the inbox on port P (which nothing told them), and answer a question asked over MCP
@@ -390,7 +400,7 @@ async def test_the_commands_after_make_run_work_as_typed(tmp_path: Path) -> None
     assert "hitl-mcp" not in [Path(p).name for p in path.split(os.pathsep)]
     make_run = ["-m", "hitl_mcp", "serve", "--transport", "http", "--port", str(port)]
     async with server_process(make_run, env):
-        activate = _activate_block()
+        activate = _activate_block(page)
         await run(activate)
         assert opened.read_text().startswith(f"http://127.0.0.1:{port}/login?token=")
         token = (home / ".local" / "state" / "hitl-mcp" / "web-token").read_text().strip()
@@ -419,7 +429,7 @@ async def test_the_commands_after_make_run_work_as_typed(tmp_path: Path) -> None
                 while "Which region?" not in listing:
                     listing = await run([*setup, "hitl-mcp pending"])
             request_id = listing.split()[0]
-            steps = [line.replace("3f9c", request_id[:4]) for line in _terminal_block()]
+            steps = [line.replace("3f9c", request_id[:4]) for line in _terminal_block(page)]
             steps = [line for line in steps if not line.startswith(("hitl-mcp approve", "hitl-mcp deny"))]
             said = await run([*setup, *steps])
             assert f"{request_id}: eu-west-1" in said
