@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
 import textwrap
 import tomllib
@@ -356,6 +358,14 @@ def _activate_block(page: Path) -> list[str]:
 def _terminal_block(page: Path) -> list[str]:
     (block,) = [b for b in _sh_blocks(page.read_text()) if b.startswith("hitl-mcp pending")]
     return _commands(block)
+
+
+def test_make_run_says_what_to_type_next() -> None:
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    done = subprocess.run(["make", "-n", "-C", str(ROOT), "run"], capture_output=True, text=True, timeout=60)
+    hint = next(line for line in done.stdout.splitlines() if line.startswith("echo "))
+    assert f"source {_activate_block(README)[0].split()[1]}" in hint and "hitl-mcp inbox --open" in hint
 
 
 @pytest.mark.parametrize("page", WALKS, ids=_name)
