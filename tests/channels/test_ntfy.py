@@ -72,15 +72,15 @@ def ntfy_config(url: str, **overrides: Any) -> ntfy.Config:
 
 @contextlib.asynccontextmanager
 async def ntfy_broker(
-    tmp_path: Path, config: ntfy.Config, public_url: str | None = None, **kw: Any
+    tmp_path: Path, config: ntfy.Config, public_url: str | None = None, name: str = "ntfy", **kw: Any
 ) -> AsyncIterator[tuple[Broker, ntfy.Channel]]:
     def build(hub: Any) -> ntfy.Channel:
-        channel = ntfy.Channel("ntfy", config, hub)
+        channel = ntfy.Channel(name, config, hub)
         channel.stream_retry = FAST
         return channel
 
     async with channel_broker(tmp_path, build, public_url=public_url, **kw) as broker:
-        channel = broker.channels["ntfy"]
+        channel = broker.channels[name]
         assert isinstance(channel, ntfy.Channel)
         yield broker, channel
 
@@ -340,6 +340,22 @@ async def test_a_settled_request_replaces_its_notification(
         assert update["tags"] == ["white_check_mark"] and update["priority"] == 2
         (shown,) = stand.shown(TOPIC)  # the phone shows one notification: the outcome
         assert shown["id"] == update["id"]
+
+
+async def test_the_settled_notification_names_the_channel_as_the_outcome_does(
+    tmp_path: Path, standin: tuple[NtfyStandin, str]
+) -> None:
+    """A channel named ``push`` (the starter config's name): the phone says "via push", as the
+    agent's outcome and the inbox do, not "via ntfy"."""
+    stand, url = standin
+    async with ntfy_broker(tmp_path, ntfy_config(url), name="push") as (broker, _):
+        await subscribed(stand)
+        request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Merge the branch"))
+        await tap(button(await notified(stand), "Approve"))
+        done = await settled(broker, request.id)
+        update = await notified(stand, 2)
+        assert done.channel == "push"
+        assert update["message"].startswith(f"Approved by {done.responder} via {done.channel} at ")
 
 
 async def test_an_older_server_gets_a_follow_up(tmp_path: Path, standin: tuple[NtfyStandin, str]) -> None:

@@ -31,7 +31,7 @@ TOOLS = {"ask_user", "request_approval", "notify_user", "wait_for_response", "ca
 def node_project() -> None:
     missing = []
     if shutil.which("node") is None:
-        missing.append("node (Node 20)")
+        missing.append("node (Node 22.19 or newer)")
     installed = [
         TS / "node_modules" / "@modelcontextprotocol" / name for name in ("sdk", "client", "ext-tasks")
     ]

@@ -33,6 +33,16 @@ class CliError(Exception):
     """Said on one line, and the command exits 1."""
 
 
+def group_options(group: argparse.ArgumentParser, verbs: list[argparse.ArgumentParser]) -> None:
+    """``--config`` and ``--state-dir`` on a group of verbs typed alone (``hitl-mcp rules --state-dir
+    D``) as on each verb: a verb's own, when not given, leaves the group's as it is (argparse would
+    otherwise put the verb's default over it)."""
+    for parser in (group, *verbs):
+        for action in parser._actions:
+            if action.dest in ("config", "state_dir") and parser is not group:
+                action.default = argparse.SUPPRESS
+
+
 def config_and_state(args: argparse.Namespace) -> tuple[Config, Any]:
     from hitl_mcp.config import load_config, resolve_state_dir
 
@@ -175,6 +185,7 @@ def print_request(r: Any, detail: dict[str, Any]) -> None:
     """One request whole, for a person at a terminal: every field an agent wrote is shown escaped."""
     from hitl_mcp.core.models import iso
     from hitl_mcp.core.principal import owner_label
+    from hitl_mcp.core.wording import trail_by, trail_data
     from hitl_mcp.web.views import pretty_json
 
     pad = " " * 10
@@ -211,8 +222,8 @@ def print_request(r: Any, detail: dict[str, Any]) -> None:
     print("trail")  # the audit rows, and where each delivery stands, in time order
     trail: list[tuple[str, str]] = []
     for row in detail["audit"]:
-        actor = f" by {one_line(row['actor'])}" if row["actor"] else ""
-        data = f" {one_line(json.dumps(row['data'], ensure_ascii=False))}" if row["data"] else ""
+        actor = one_line(trail_by(row["actor"]))
+        data = f" {one_line(json.dumps(trail_data(row['data']), ensure_ascii=False))}" if row["data"] else ""
         trail.append((row["at"], f"{one_line(row['event'])}{actor}{data}"))
     for d in detail["deliveries"]:
         error = f": {one_line(d['error'])}" if d["error"] else ""
@@ -246,7 +257,14 @@ async def find_one(broker: Broker, prefix: str) -> str:
         return found[0]
     if found:
         raise CliError(f"{prefix!r} is the start of more than one request id; give more of it")
-    raise CliError(f"no request matches {prefix!r} (see: hitl-mcp pending)")
+    raise CliError(no_match(prefix))
+
+
+def no_match(prefix: str) -> str:
+    """No request has this id, nor starts with it (a start counts from 4 characters)."""
+    if len(prefix) < 4:
+        return f"no request has the id {prefix!r}: give the whole id, or its first 4 characters or more"
+    return f"no request matches {prefix!r} (see: hitl-mcp pending)"
 
 
 def resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:

@@ -16,6 +16,7 @@ from starlette.responses import HTMLResponse
 from hitl_mcp import __version__
 from hitl_mcp.core.models import Kind, Status, canonical_json, iso
 from hitl_mcp.core.previews import summary
+from hitl_mcp.core.wording import trail_by, trail_data
 from hitl_mcp.web import MAX_BODY
 from hitl_mcp.web.previews import fits_card, preview_html
 from hitl_mcp.web.views import (
@@ -79,6 +80,8 @@ def _environment() -> Environment:
         preview_html=preview_html,
         preview_summary=summary,
         fits_card=fits_card,
+        trail_by=trail_by,
+        trail_data=trail_data,
         outcome_line=outcome_line,
         agent_name=agent_name,
         session_label=session_label,

@@ -191,7 +191,7 @@ class NtfyChannel(_Answers):
         that, the same text arrives as a follow-up notification."""
         if request.kind == Kind.NOTIFICATION:
             return
-        body = settled(request, self.config, self.name, self.config.topic)
+        body = settled(request, self.config, self.config.topic)
         if not delivery.detail.get("sequence_id"):
             del body["sequence_id"]
         await self._publish(body)

@@ -157,9 +157,10 @@ def _footer(request: Request) -> str:
     return " · ".join(bits)
 
 
-def outcome(request: Request, own: str) -> tuple[str, str]:
-    """The settled notification's tag and line: what replaces the buttons, or follows them."""
-    via = "ntfy" if request.channel == own else (request.channel or "?")
+def outcome(request: Request) -> tuple[str, str]:
+    """The settled notification's tag and line: what replaces the buttons, or follows them. The
+    channel is named as the outcome names it (the config's name: ``via push``), on this channel too."""
+    via = request.channel or "?"
     who = request.responder or "someone"
     when = _when(request.closed_at) if request.closed_at else "an unknown time"
     comment = f"\n“{_clip(request.comment, 500)}”" if request.comment else ""
@@ -176,9 +177,9 @@ def outcome(request: Request, own: str) -> tuple[str, str]:
     return "grey_question", f"Closed ({request.status.value})"
 
 
-def settled(request: Request, config: Config, own: str, topic: str) -> dict[str, Any]:
+def settled(request: Request, config: Config, topic: str) -> dict[str, Any]:
     """The update published once a request is settled: same sequence id, no buttons, quiet."""
-    tag, line = outcome(request, own)
+    tag, line = outcome(request)
     text = f"{line}\n\n{_clip(request.text.strip(), 500)}\n\nid {request.short_id}"
     return {
         "topic": topic,
