@@ -98,8 +98,8 @@ def test_templates_are_sandboxed_and_fall_back() -> None:
         ),
         (
             "colour: red\n",
-            "gate.yaml:1: colour: unknown key 'colour'; valid keys: default, risk, channels, "
-            "timeout_seconds, rules",
+            "gate.yaml:1: colour: unknown key 'colour'; valid keys: default, unannotated, read_only, "
+            "risk, risk_metadata, elicitation, sampling, channels, timeout_seconds, rules",
         ),
         (
             "rules:\n  - tools: [a]\n    action: ask\n    description: '{{ x '\n",
