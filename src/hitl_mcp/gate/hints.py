@@ -75,7 +75,9 @@ def hints_of(tool: dict[str, Any]) -> ToolHints:
     annotations = tool.get("annotations")
     if not isinstance(annotations, dict):
         return ToolHints()
-    declared: dict[HintName, bool] = {h: annotations[h] for h in HINTS if isinstance(annotations.get(h), bool)}
+    declared: dict[HintName, bool] = {
+        h: annotations[h] for h in HINTS if isinstance(annotations.get(h), bool)
+    }
     risk = annotations.get("riskLevel")
     approval = annotations.get("approvalRecommendation")
     return ToolHints(

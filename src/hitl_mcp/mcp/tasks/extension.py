@@ -172,7 +172,9 @@ class TasksExtension(Extension):
             undelivered = await broker.undelivered(request.id)
             if undelivered:  # nobody has it: the blocking call would say so and stop waiting, too
                 done = await self.work.after(ctx, broker, request, undelivered)
-                return status.settled_status(request, self.poll_ms, cancelled_by_task=False, result=done.result)
+                return status.settled_status(
+                    request, self.poll_ms, cancelled_by_task=False, result=done.result
+                )
             inputs = await self.forms.requests(ctx, broker, request)
             if inputs is not None:
                 return status.input_required(request, self.poll_ms, inputs)
