@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -25,6 +26,7 @@ from mcp.client.session import IncomingMessage
 from mcp.server.mcpserver import Context
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import SubscriptionBus
+from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.shared.message import ServerMessageMetadata
 from mcp.shared.subscriptions import (
     PromptsListChanged,
@@ -83,9 +85,11 @@ class HostSink:
 
 
 async def send_log(session: ServerSession, params: LoggingMessageNotificationParams, related: Any) -> None:
-    await session.send_log_message(  # what the upstream sent, passed on
-        level=params.level, data=params.data, logger=params.logger, related_request_id=related
-    )
+    with warnings.catch_warnings():  # deprecated in 2026-07-28; what the upstream sent, passed on
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        await session.send_log_message(
+            level=params.level, data=params.data, logger=params.logger, related_request_id=related
+        )
 
 
 def result_type(request: InputRequest) -> type[Any]:
@@ -120,6 +124,8 @@ def open_questions(ctx: AnyContext, forward: Forward) -> dict[str, Any]:
     one has the upstream told so at once)."""
     shown: dict[str, Any] = {}
     for question in list(forward.questions):
+        if question.answered.is_set():
+            continue  # answered; the upstream has it (or is about to)
         refused = unsupported(ctx, question.request)
         if refused is not None:
             question.settle(refused)
