@@ -288,6 +288,11 @@ class ProxyServer(MCPServer):
             details += f" Escalation named by the policy: {decision.escalation}."
         if decision.proposal:
             details += f" The upstream's risk metadata (a proposal for MCP, SEP-2793): {decision.proposal}."
+        approvals = decision.approvals
+        if approvals is not None and not approvals.of and not decision.to:
+            # nobody named: the people the defaults ask, else everyone in the config's people
+            asked = broker.policy.choose(Kind.APPROVAL, decision.risk)[1] or broker.people()
+            approvals = approvals.model_copy(update={"of": asked}) if asked else approvals
         spec = AskSpec(
             kind=Kind.APPROVAL,
             text=decision.description,
@@ -296,7 +301,7 @@ class ProxyServer(MCPServer):
             risk=decision.risk,
             channels=decision.channels,
             to=decision.to,
-            approvals=decision.approvals,
+            approvals=approvals,
             timeout_seconds=decision.timeout_seconds,
             session_key=self.session_key,
             client_name=client_name(ctx),
