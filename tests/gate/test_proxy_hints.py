@@ -55,7 +55,8 @@ async def test_read_only_is_the_policys_choice_and_unannotated_tools_are_asked(t
 
 
 async def test_risk_metadata_raises_the_risk_and_asks_two_people(tmp_path: Path) -> None:
-    people = "people:\n  owner: {web: web inbox user}\n  backup: {web: backup}\nhosts:\n  mcp: {budget_seconds: 2}\n"
+    people = "people:\n  owner: {web: web inbox user}\n  backup: {web: backup}\n"
+    people += "hosts:\n  mcp: {budget_seconds: 2}\n"  # the SDK client's name: the call returns soon
     gate = Gate(tmp_path, "default: ask\nrisk: low\n", people)
     proposal = {
         "touch": {"destructiveHint": True, "riskLevel": "critical", "approvalRecommendation": "multi"}
