@@ -116,6 +116,28 @@ class Gate:
             assert response.status_code == 200, response.text
             return dict(response.json())
 
+    async def next_pending(self) -> dict[str, Any]:
+        """The first request that shows up pending, for a call that reports no heartbeats. The API
+        has no push for a token holder (``/events`` is for inbox sessions), so its listing is read
+        again every 50 ms until then."""
+        async with self.api() as api:
+            changes = Changes()
+
+            async def pending() -> dict[str, Any] | None:
+                listing = (await api.get("/api/requests?status=pending")).json()["requests"]
+                return dict(listing[0]) if listing else None
+
+            async def tick() -> None:
+                while True:
+                    await anyio.sleep(0.05)
+                    changes.fire()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(tick)
+                request = await until(pending, changes, seconds=30)
+                tg.cancel_scope.cancel()
+            return await self.request(request["id"])
+
     def marks(self) -> list[str]:
         return self.marker.read_text().splitlines() if self.marker.exists() else []
 
