@@ -20,14 +20,21 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from hitl_mcp.core.models import Request, Status, now, payload_sha256
+from mcp_types import CreateMessageRequestParams
+
+from hitl_mcp.core.asks import AskSpec
+from hitl_mcp.core.errors import BrokerError
+from hitl_mcp.core.models import Kind, Request, Status, now, payload_sha256
+from hitl_mcp.core.store import StoreError
 
 if TYPE_CHECKING:
     from hitl_mcp.broker import Broker
-    from hitl_mcp.core.asks import AskSpec
+    from hitl_mcp.gate.proxy import ProxyServer
 
 #: the channel-state namespace the proxy keeps its claims and open asks in
 STATE = "proxy"
+#: how long the upstream's sampling request waits for a person's approval (under its own 60 s)
+SAMPLING_WAIT = 50.0
 
 ClaimState = Literal["running", "done", "cancelled"]
 
@@ -132,6 +139,34 @@ async def _usable(broker: Broker, request: Request) -> bool:
     return await claim_of(broker, request.id) is None
 
 
+async def sampling_approved(proxy: ProxyServer, params: CreateMessageRequestParams, owner: str) -> str | None:
+    """``sampling: ask``: a person approves the upstream's use of the host's model, for the call
+    (``owner``'s) it came during. None: approved; else why not."""
+    broker = await proxy.get_broker()
+    spec = AskSpec(
+        kind=Kind.APPROVAL,
+        text=f"Let {proxy.upstream.name} use the host's model",
+        details="The upstream asks the agent's host to generate a message (MCP sampling), through "
+        "hitl-mcp proxy. The payload is its request.",
+        payload={"sampling": params.model_dump(by_alias=True, mode="json", exclude_none=True)},
+        risk=proxy.policy.risk,
+        channels=proxy.policy.channels,
+        session_key=proxy.session_key,
+        owner=owner,
+        forms=False,
+    )
+    try:
+        request, _ = await broker.ask(spec)
+        request = await broker.wait(request.id, SAMPLING_WAIT)
+    except (BrokerError, StoreError) as exc:
+        return f"sampling not approved: the approval could not be asked ({exc})"
+    if request.status == Status.PENDING:
+        return f"sampling not approved within {SAMPLING_WAIT:g} s (request {request.id})"
+    if request.approved is not True:
+        return f"sampling {why_not(request)}"
+    return None
+
+
 __all__ = [
     "STATE",
     "Claim",
@@ -142,5 +177,6 @@ __all__ = [
     "claim_of",
     "finished",
     "gate_payload",
+    "sampling_approved",
     "why_not",
 ]

@@ -41,8 +41,8 @@ from mcp.types import (
     PaginatedRequestParams,
     ReadResourceRequestParams,
     ReadResourceResult,
+    TextContent,
 )
-from mcp_types import CreateMessageRequestParams
 
 from hitl_mcp import __version__
 from hitl_mcp.broker import Broker
@@ -67,8 +67,6 @@ from mcp import MCPError
 log = logging.getLogger("hitl_mcp.gate")
 
 GetBroker = Callable[[], Awaitable[Broker]]
-#: how long a sampling request waits for a person's approval (under the upstream's own 60 s)
-SAMPLING_WAIT = 50.0
 
 
 @dataclass
@@ -80,8 +78,13 @@ class Waited:
 
 
 def _pending(task_id: str) -> CallToolResult:
-    """What the tool answers under a task (``mcp/tasks`` reads the id and makes the task)."""
-    return CallToolResult(content=[], structured_content={"status": Status.PENDING, "request_id": task_id})
+    """What the tool answers under a task (``mcp/tasks`` reads the id and makes the task; were it
+    shown as it is, it says what it waits for)."""
+    text = f"waiting for approval (request {task_id}); the tool is called once a person approves"
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content={"status": Status.PENDING, "request_id": task_id},
+    )
 
 
 class ProxyServer(MCPServer):
@@ -125,7 +128,7 @@ class ProxyServer(MCPServer):
             middleware=[self._remember_host, tasks.core],
         )
         self.relay = Relay(policy, self.forwards, self._subscriptions, self._tools_changed)
-        self.relay.sampling_gate = self._sampling_approved
+        self.relay.sampling_gate = lambda params, owner: approval.sampling_approved(self, params, owner)
         upstream.hooks = self.relay
 
     async def _remember_host(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
@@ -361,33 +364,6 @@ class ProxyServer(MCPServer):
 
         forward = Forward(tool, approved, owner=request.owner, request_id=request.id, on_done=done)
         return self.forwards.start(forward)
-
-    async def _sampling_approved(self, params: CreateMessageRequestParams) -> str | None:
-        """``sampling: ask``: a person approves the upstream's use of the host's model."""
-        broker = await self.get_broker()
-        payload = {"sampling": params.model_dump(by_alias=True, mode="json", exclude_none=True)}
-        spec = AskSpec(
-            kind=Kind.APPROVAL,
-            text=f"Let {self.upstream.name} use the host's model",
-            details="The upstream asks the agent's host to generate a message (MCP sampling), through "
-            "hitl-mcp proxy. The payload is its request.",
-            payload=payload,
-            risk=self.policy.risk,
-            channels=self.policy.channels,
-            session_key=self.session_key,
-            owner="proxy:" + self.upstream.name,
-            forms=False,
-        )
-        try:
-            request, _ = await broker.ask(spec)
-            request = await broker.wait(request.id, SAMPLING_WAIT)
-        except (BrokerError, StoreError) as exc:
-            return f"sampling not approved: the approval could not be asked ({exc})"
-        if request.status == Status.PENDING:
-            return f"sampling not approved within {SAMPLING_WAIT:g} s (request {request.id})"
-        if request.approved is not True:
-            return f"sampling {approval.why_not(request)}"
-        return None
 
 
 __all__ = ["ProxyServer", "refusal"]

@@ -55,7 +55,7 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from hitl_mcp.gate.forward import Forward, Forwards, Question
+from hitl_mcp.gate.forward import Forward, Forwards, Question, refusal
 from hitl_mcp.gate.policy import Policy
 from hitl_mcp.mcp.call_context import AnyContext, is_modern
 
@@ -65,8 +65,9 @@ log = logging.getLogger("hitl_mcp.gate")
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 REFUSED = -32001
 
-SamplingGate = Callable[[CreateMessageRequestParams], Awaitable[str | None]]
-"""Asks a person whether the upstream may use the host's model; None: yes, else why not."""
+SamplingGate = Callable[[CreateMessageRequestParams, str], Awaitable[str | None]]
+"""Asks a person whether the upstream may use the host's model during a call of this principal
+(owner); None: yes, else why not."""
 
 
 class HostSink:
@@ -210,8 +211,7 @@ def resumed(ctx: Context, forwards: Forwards, tool: str, owner: str) -> Forward 
         return None
     forward = forwards.get(str(data.get("forward")))
     if forward is None or forward.done or forward.owner != owner or forward.tool != tool:
-        text = f"the call of {tool} this answers is no longer running; call the tool again"
-        return CallToolResult(content=[{"type": "text", "text": text}], is_error=True)  # type: ignore[list-item]
+        return refusal(f"the call of {tool} this answers is no longer running; call the tool again")
     for key, answer in (ctx.input_responses or {}).items():
         forward.answer(key, answer)
     return forward
@@ -243,12 +243,13 @@ class Relay:
     async def sample(
         self, params: CreateMessageRequestParams
     ) -> CreateMessageResult | CreateMessageResultWithTools | ErrorData:
-        if self.policy.sampling == "ask":
+        forward = self.forwards.current()
+        if forward is not None and self.policy.sampling == "ask":
             if self.sampling_gate is None:
                 return ErrorData(
                     code=REFUSED, message="sampling needs a person's approval, and none can be asked"
                 )
-            refused = await self.sampling_gate(params)
+            refused = await self.sampling_gate(params, forward.owner)
             if refused is not None:
                 return ErrorData(code=REFUSED, message=refused)
         answer = await self._ask(CreateMessageRequest(params=params))
@@ -256,7 +257,7 @@ class Relay:
 
     async def _ask(self, request: InputRequest) -> InputResponse | ErrorData:
         forward = self.forwards.current()
-        if forward is None:
+        if forward is None or forward.done:
             return ErrorData(code=REFUSED, message="no call of the host is running to ask it in")
         return await forward.ask(request)
 
