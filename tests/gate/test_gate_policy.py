@@ -196,4 +196,7 @@ def test_the_risk_metadata_proposal_raises_risk_and_asks_for_a_quorum_never_lowe
 def test_a_hint_condition_names_one_of_mcps_hints() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_policy("rules:\n  - tools: [a]\n    hints: {dangerous: true}\n    action: ask\n", "gate.yaml")
-    assert str(caught.value).startswith("gate.yaml:3: rules[0].hints"), str(caught.value)
+    assert str(caught.value).startswith(
+        "gate.yaml:3: rules[0].hints.dangerous: expected 'readOnlyHint', 'destructiveHint', "
+        "'idempotentHint' or 'openWorldHint'"
+    ), str(caught.value)
