@@ -121,9 +121,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
             f"{policy_file}: unknown channel {unknown}; configured channels: {', '.join(config.channels)}"
         )
     try:
-        anyio.run(
-            serve_proxy, config, state_dir, upstream, policy, args.port, backend_options=loop_options()
-        )
+        anyio.run(serve_proxy, config, state_dir, upstream, policy, args.port, backend_options=loop_options())
     except ConfigRefused as exc:
         print(f"hitl-mcp: {exc}", file=sys.stderr)
         return 2
