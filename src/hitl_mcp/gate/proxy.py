@@ -275,7 +275,7 @@ class ProxyServer(MCPServer):
         where = f" at {self.inbox_url.rstrip('/')}/requests/{request.id}" if self.inbox_url else ""
         return (
             f"still waiting for approval of {name} (request {request.id}); the tool was not called. "
-            f"The person answers in the hitl-mcp inbox{where} or on {', '.join(request.channels)}. "
+            f"The person answers in the hitl-mcp inbox{where} (sent to: {', '.join(request.channels)}). "
             "Call the tool again with the same arguments to keep waiting for the same approval."
         )
 
