@@ -140,22 +140,7 @@ def _listed(paragraph: str) -> list[str]:
     return [i.strip(" .\n").lower() for i in re.split(r",|;|\band\b", items) if i.strip(" .\n")]
 
 
-NOT_YET_PAGES = [
-    pytest.param(
-        p,
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="#37 owns docs/proxy.md (its 'Not in this version' lists remembered answers, shown "
-            "working on the page): remove this mark when it is fixed",
-        ),
-    )
-    if p.name == "proxy.md"
-    else p
-    for p in DOCS
-]
-
-
-@pytest.mark.parametrize("path", NOT_YET_PAGES, ids=_name)
+@pytest.mark.parametrize("path", DOCS, ids=_name)
 def test_a_not_yet_names_nothing_that_is_done(path: Path) -> None:
     """A key a page calls missing is unknown to the config, and a feature it lists as "not in this
     version" is no section of the docs (remembered answers had their own section on the same page)."""

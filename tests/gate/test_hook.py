@@ -60,9 +60,12 @@ class Setup:
         self.policy.write_text(POLICY)
         self.env = server_env(self.state_dir)
 
-    async def hook(self, host: str, data: Any, *more: str) -> tuple[int, Any, str]:
-        args = ["-m", "hitl_mcp", "hook", host, "--config", str(self.policy)]
-        args += ["--server-config", str(self.config), "--state-dir", str(self.state_dir), *more]
+    async def hook(
+        self, host: str, data: Any, *more: str, files: list[str] | None = None
+    ) -> tuple[int, Any, str]:
+        """Run the hook; ``files``: how the policy and config are named (default: as documented)."""
+        named = files if files is not None else ["--policy", str(self.policy), "--config", str(self.config)]
+        args = ["-m", "hitl_mcp", "hook", host, *named, "--state-dir", str(self.state_dir), *more]
         raw = data if isinstance(data, bytes) else json.dumps(data).encode()
         result = await anyio.run_process([PYTHON, *args], input=raw, env=self.env, check=False, cwd=str(ROOT))
         out = result.stdout.decode().strip()
@@ -328,3 +331,16 @@ async def test_claude_code_edit_is_shown_as_the_diff_against_the_file_on_disk(tm
         assert request["preview"] == {"kind": "command", "command": "rm -rf build", "cwd": str(project)}
         assert request["risk_reasons"] == ["deletes recursively without asking (rm -rf build)"]
     assert (project / "src" / "db.py").read_text().count("timeout=5") == 1  # the hook never writes
+
+
+async def test_the_policy_is_policy_and_the_older_config_spelling_still_works(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    read = event("claude-code-pretooluse.json", tool_name="Read", tool_input={"file_path": "/etc/hosts"})
+    older = ["--config", str(setup.policy), "--server-config", str(setup.config)]
+    code, out, err = await setup.hook("claude-code", read, files=older)
+    assert code == 0 and out["hookSpecificOutput"]["permissionDecision"] == "allow"
+    assert f"`--config` names the policy file for one more release only; use `--policy {setup.policy}`" in err
+    code, out, err = await setup.hook("claude-code", read)
+    assert code == 0 and out["hookSpecificOutput"]["permissionDecision"] == "allow" and "warning" not in err
+    code, out, err = await setup.hook("claude-code", read, files=[])
+    assert code == 2 and out is None and "name the policy file: --policy gate.yaml" in err
