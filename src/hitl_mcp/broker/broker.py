@@ -323,10 +323,11 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         not fit the request (``ReplyInvalid``) or an unknown id (``NotFound``)."""
         request = await self.get_or_raise(request_id)
         outcome = check_reply(request, reply) if request.status == Status.PENDING else {}
-        # credited to the person whose identity this is; the channel identity stays the actor. The
-        # payload hash is the one shown: a quorum counts a vote only for the payload it holds
+        # credited to the person whose verified identity this is (never by the display text); the
+        # responder stays the actor. The payload hash is the one shown: a quorum counts a vote only
+        # for the payload it holds
         policy = await self.policy_now()
-        person = policy.person_of(reply.channel, reply.responder)
+        person = policy.person_of(reply.channel, reply.identity)
         credit = {"person": person, "on_behalf_of": policy.on_behalf_of(person, request)}
         reply = reply.model_copy(update={**credit, "payload_sha256": request.payload_sha256})
         settled = await self.store.resolve(

@@ -253,6 +253,7 @@ def resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
     import getpass
 
     from hitl_mcp.broker import NotFound, ReplyInvalid
+    from hitl_mcp.core.escalation import TERMINAL_CHANNEL
     from hitl_mcp.core.models import Reply
 
     config, _ = config_and_state(args)
@@ -264,12 +265,18 @@ def resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
     async def go() -> int:
         async with open_broker(args) as broker:
             request_id = await find_one(broker, args.id)
-            reply = Reply(channel="cli", responder=f"{getpass.getuser()} (terminal)", **reply_fields)
+            user = getpass.getuser()  # the OS user: a person's answer when people: names it (terminal:)
+            reply = Reply(
+                channel=TERMINAL_CHANNEL, responder=f"{user} (terminal)", identity=user, **reply_fields
+            )
             try:
                 result = await broker.resolve(request_id, reply)
             except (ReplyInvalid, NotFound) as exc:  # may quote the agent's choices
                 print(f"hitl-mcp: {one_line(exc)}", file=sys.stderr)
                 return 1
+            if result.counted:  # a quorum's vote: the request waits for the others
+                print(f"{result.request.id}: vote recorded: {one_line(result.reason)}")
+                return 0
             if not result.won:  # names who answered, as their channel knows them
                 print(f"hitl-mcp: not recorded: {one_line(result.reason)}", file=sys.stderr)
                 return 1

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from hitl_mcp.config.errors import KeyPath, _show
+from hitl_mcp.core.escalation import TERMINAL
 from hitl_mcp.core.ladders import LadderConfig, Person
 from hitl_mcp.core.quorum import Quorum
 
@@ -54,11 +55,14 @@ def check(
         if not _NAME.fullmatch(name):
             problems.append((("people", name), f"person name {_show(name)} is not valid: {_NAME_HELP}"))
         for key in person:
+            if key == TERMINAL:
+                continue
             if key not in channels and key not in types:
                 problems.append(
                     (
                         ("people", name, key),
-                        f"unknown channel {_show(key)} (a channel name or type); {known_channels}",
+                        f"unknown channel {_show(key)} (a channel name or type, or terminal for "
+                        f"the OS user); {known_channels}",
                     )
                 )
     for name, ladder in escalation.items():

@@ -21,7 +21,13 @@ from hitl_mcp.core.store import PlannedStep
 if TYPE_CHECKING:
     from hitl_mcp.core.models import Request
 
-__all__ = ["Choice", "Policy"]
+__all__ = ["TERMINAL", "TERMINAL_CHANNEL", "Choice", "Policy"]
+
+#: the key of ``people:`` that names a person's OS user, whose answers at the terminal (the CLI's
+#: ``answer``, ``approve``, ``deny``) are theirs
+TERMINAL = "terminal"
+#: the channel the CLI's answers are recorded under
+TERMINAL_CHANNEL = "cli"
 
 
 @dataclass(frozen=True)
@@ -102,12 +108,22 @@ class Policy:
             )
         return found
 
-    def person_of(self, channel: str, responder: str) -> str | None:
-        """Whose identity this is on this channel (compared without case: e-mail addresses)."""
-        wanted = responder.strip().casefold()
+    def person_of(self, channel: str, identity: str | None) -> str | None:
+        """Whose verified identity this is on this channel (compared without case: e-mail addresses).
+        At the terminal (the CLI's answers) it is the OS user, under the person's ``terminal`` key; in
+        the inbox (a channel of type ``web``) the person signed in, by name."""
+        if identity is None:
+            return None
+        if channel == TERMINAL_CHANNEL:
+            key = TERMINAL
+        elif self.types.get(channel) == "web":
+            return identity if identity in self.people else None
+        else:
+            key = channel
+        wanted = identity.strip().casefold()
         for person in self.people:
-            identity = self.identity(person, channel)
-            if identity is not None and identity.strip().casefold() == wanted:
+            found = self.identity(person, key)
+            if found is not None and found.strip().casefold() == wanted:
                 return person
         return None
 

@@ -154,12 +154,17 @@ class Reply(BaseModel):
 
     channel: str
     responder: str
+    """Who answered, as people read it ("@olive (U042)", "Olive <olive@example.com>"): display text."""
+    identity: str | None = None
+    """The identity the channel verified, as ``people:`` holds it: a Slack or Telegram user id, an
+    E.164 number, a mail address, a webhook's responder, the OS user at the terminal, the person
+    signed in to the inbox. The broker credits the reply by this alone; None credits no one."""
     text: str | None = None
     choice: str | None = None
     decision: Decision | None = None
     comment: str | None = None
     person: str | None = None
-    """The person (config ``people``) this channel identity belongs to: set by the broker, not channels."""
+    """The person (config ``people``) the identity belongs to: set by the broker, not channels."""
     on_behalf_of: str | None = None
     """The person asked whom ``person`` answers for as their delegate: set by the broker."""
     payload_sha256: str | None = None

@@ -131,16 +131,16 @@ def _parse(request: Request, words: list[str], channel: str, number: str) -> Rep
         decision = decision_of(first)
         if decision is None:
             return None
-        return Reply(channel=channel, responder=number, decision=decision, comment=comment)
+        return Reply(channel=channel, responder=number, identity=number, decision=decision, comment=comment)
     if request.kind != Kind.QUESTION:
         return None
     if request.choices and first.isdigit():
         choice = choice_by_number(first, request.choices)
         if choice is not None:
-            return Reply(channel=channel, responder=number, choice=choice, comment=comment)
+            return Reply(channel=channel, responder=number, identity=number, choice=choice, comment=comment)
         if not request.allow_free_text:
             return None
-    return Reply(channel=channel, responder=number, text=" ".join(words))
+    return Reply(channel=channel, responder=number, identity=number, text=" ".join(words))
 
 
 def _help(mine: list[tuple[Request, Delivery]]) -> str:
