@@ -36,6 +36,7 @@ from tests.support.mail import (
     SmtpServer,
     silent_server,
 )
+from tests.support.people import credited
 
 pytestmark = pytest.mark.anyio
 
@@ -892,3 +893,27 @@ def test_auto_reply_markers(headers: dict[str, str]) -> None:
     person["Auto-Submitted"] = "no"
     person["Subject"] = "Re: [hitl #1234abcd] Deploy?"
     assert auto_reply_reason(person) is None
+
+
+# ---------------------------------------------------------------------------------------- people
+
+
+async def test_a_person_is_credited_by_their_address_once_and_as_a_delegate(
+    state_dir: Path, certs: Certs, smtp: SmtpServer
+) -> None:
+    """The link names the address it was sent to (signed); people: holds that address."""
+    config = email_config(smtp.port, certs, public_url=PUBLIC_URL)
+    async with running(state_dir, config) as rt, api_client(rt) as http:
+        broker = await rt.broker()
+        by_person = {"olive": ALICE, "backup": BOB}
+
+        async def vote(asked: Any, who: str) -> None:
+            mails = await smtp.wait_for(
+                1, lambda m: to(by_person[who])(m) and asked.short_id in str(m["Subject"])
+            )
+            approve = re.findall(rf"{PUBLIC_URL}(/webhooks/email/link/\S+)", plain(mails[0]))[0]
+            r = await http.post(approve, data={"confirm": "yes"}, headers={"Origin": PUBLIC_URL})
+            assert r.status_code in (200, 409), r.text
+
+        done = await credited(broker, "email", {"olive": ALICE.upper(), "backup": BOB}, vote)
+        assert [v.responder for v in done.votes] == [ALICE, BOB]

@@ -44,6 +44,7 @@ def config_and_state(args: argparse.Namespace) -> tuple[Config, Any]:
 async def open_broker(args: argparse.Namespace) -> AsyncIterator[Broker]:
     """A broker on the state directory's database, with no channels: for reading and answering."""
     from hitl_mcp.broker import AskDefaults, Broker
+    from hitl_mcp.config.policy import policy_from_config
     from hitl_mcp.core.store import StoreError
     from hitl_mcp.runtime import engine_of
     from hitl_mcp.store.health import storage_error
@@ -61,7 +62,8 @@ async def open_broker(args: argparse.Namespace) -> AsyncIterator[Broker]:
         await store.close()
         raise CliError(str(exc) if path is None else storage_error(exc, path)) from None
     try:
-        yield Broker(store, {}, AskDefaults({}, {}), state_dir=state_dir)
+        # the config's people and delegations: an answer at the terminal is the person whose OS user it is
+        yield Broker(store, {}, AskDefaults({}, {}), state_dir=state_dir, policy=policy_from_config(config))
     except sqlite3.Error as exc:
         raise CliError(storage_error(exc, path)) from None
     except StoreError as exc:

@@ -101,6 +101,8 @@ class Policy:
             raise UnknownChannel(f"unknown person {', '.join(map(repr, unknown))}; people: {known}")
         people = [delegate_of(p, self.delegates)[0] for p in people]  # those away: their delegates
         found = [c for c in self.types if any(self.identity(p, c) is not None for p in people)]
+        if not found:  # people known only at the terminal, say: every person may sign in to the inbox
+            found = [c for c, kind in self.types.items() if kind == "web"]
         if not found:
             raise UnknownChannel(
                 f"{', '.join(map(repr, people))} ha{'s' if len(people) == 1 else 've'} "
