@@ -169,6 +169,9 @@ class Reply(BaseModel):
     """The person asked whom ``person`` answers for as their delegate: set by the broker."""
     payload_sha256: str | None = None
     """The payload hash of the request as it was read when the reply came: set by the broker."""
+    proof: dict[str, Any] | None = None
+    """A step-up's passkey assertion, checked by the inbox before it hands the reply over (kept with the
+    reply, to be verified offline: ``web/stepup.py``)."""
     remember: bool | None = None
     """An "Approve & remember" button: once this approval wins, the broker keeps the default rule for
     it (``rules.exactly``: this agent, this tool, these exact arguments, 24 h); never for high risk."""

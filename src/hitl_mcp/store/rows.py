@@ -102,7 +102,8 @@ def step(row: Row) -> StepRow:
 
 
 def reply(row: Row) -> ReplyRow:
-    return _from_row(ReplyRow, row, won=_flag(row["won"]))
+    proof = row["proof"]
+    return _from_row(ReplyRow, row, won=_flag(row["won"]), proof=None if proof is None else json.loads(proof))
 
 
 def rule(row: Row) -> RuleRow:
