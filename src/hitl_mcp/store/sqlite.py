@@ -1119,8 +1119,9 @@ class SqliteStore:
                 return (
                     db.execute(
                         "INSERT INTO sign_counts (digest, count, used_at) VALUES (?, ?, ?)"
-                        " ON CONFLICT (digest) DO UPDATE SET count = excluded.count, used_at = excluded.used_at"
-                        " WHERE excluded.count > sign_counts.count OR (excluded.count = 0 AND sign_counts.count = 0)",
+                        " ON CONFLICT (digest) DO UPDATE SET count = excluded.count,"
+                        " used_at = excluded.used_at WHERE excluded.count > sign_counts.count"
+                        " OR (excluded.count = 0 AND sign_counts.count = 0)",
                         (digest, count, at),
                     ).rowcount
                     == 1

@@ -21,10 +21,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from hitl_mcp import __version__
-from hitl_mcp.core.models import Reply, Status
+from hitl_mcp.core.models import Status
 from hitl_mcp.web import MAX_BODY, REPLY_FIELDS, WEB_RESPONDER
 from hitl_mcp.web.deps import requires, web
 from hitl_mcp.web.errors import Problem
+from hitl_mcp.web.people import inbox_reply
 from hitl_mcp.web.replies import ReplyInvalid, answered, request_detail, request_json, resolve, too_late
 
 log = logging.getLogger("hitl_mcp.web")
@@ -83,7 +84,8 @@ async def reply(http: HttpRequest) -> Response:
     data = _reply_body(await http.body())
     deps = web(http)
     broker = await deps.broker()
-    given = Reply(channel=deps.web_channel, responder=WEB_RESPONDER, **{k: data.get(k) for k in REPLY_FIELDS})
+    fields = {k: data.get(k) for k in REPLY_FIELDS}
+    given = await inbox_reply(http, broker, http.path_params["id"], api=True, **fields)
     try:
         verdict = await resolve(broker, http.path_params["id"], given, not_found="no such request", api=True)
     except ReplyInvalid as exc:
