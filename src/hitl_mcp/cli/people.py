@@ -12,6 +12,7 @@ import argparse
 import json
 import secrets
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from hitl_mcp.cli.requests import CliError, config_and_state, one_line, open_broker, run
 from hitl_mcp.cli.rules import actor
@@ -76,7 +77,8 @@ def cmd_people(args: argparse.Namespace) -> int:
                 name = f"{args.name}/{args.remove}"
                 if await store.revoke_credential(PASSKEY, name, actor()) is None:
                     raise CliError(
-                        f"{args.name} has no passkey {one_line(args.remove)!r} (see: hitl-mcp people passkeys {args.name})"
+                        f"{args.name} has no passkey {one_line(args.remove)!r} "
+                        f"(see: hitl-mcp people passkeys {args.name})"
                     )
                 print(f"removed {args.name}'s passkey {args.remove}: it is refused from now on")
                 return 0
@@ -88,9 +90,7 @@ def cmd_people(args: argparse.Namespace) -> int:
                 ]
                 print(json.dumps(listed, indent=2))
             elif not keys:
-                print(
-                    f"{args.name} has no passkey: hitl-mcp people invite {args.name} makes a link to register one"
-                )
+                print(f"{args.name} has no passkey: hitl-mcp people invite {args.name} makes a link for one")
             for key in keys if not args.json else []:
                 print(
                     f"{key.name.split('/', 1)[1]:<10} {one_line(key.label):<24} added {iso(key.created_at)}"
@@ -106,5 +106,9 @@ def address(config: object) -> str:
     from hitl_mcp.kit.net import browser_url
 
     assert isinstance(config, Config)
-    found = config.server.public_url or browser_url(config.server.http.host, resolve_http_port(config, None))
-    return found.rstrip("/")
+    if config.server.public_url:
+        return config.server.public_url.rstrip("/")
+    # a passkey's relying party is a host name, never an address: loopback is "localhost"
+    found = urlsplit(browser_url(config.server.http.host, resolve_http_port(config, None)))
+    host = "localhost" if found.hostname in ("127.0.0.1", "::1") else found.netloc.rsplit(":", 1)[0]
+    return f"{found.scheme}://{host}:{found.port}"

@@ -97,4 +97,5 @@ async def page_context(http: HttpRequest, page: str) -> dict[str, Any]:
         "page": page,
         "now": now(),
         "signed_in": True,
+        "who_label": (found.person if found else None) or "operator",
     }

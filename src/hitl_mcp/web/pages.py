@@ -23,7 +23,7 @@ from hitl_mcp.web import REPLY_FIELDS
 from hitl_mcp.web.deps import page_context, read_post, requires, web
 from hitl_mcp.web.errors import Problem
 from hitl_mcp.web.pagekit import render, wants_json
-from hitl_mcp.web.people import actor, inbox_reply
+from hitl_mcp.web.people import actor, asked_of, inbox_reply, who
 from hitl_mcp.web.replies import ReplyInvalid, answered, resolve, too_late
 from hitl_mcp.web.views import (
     HISTORY_KINDS,
@@ -77,8 +77,15 @@ async def _inbox_context(http: HttpRequest, away: Mapping[str, str] | None = Non
     more = len(pending) > PENDING_PAGE
     pending = pending[:PENDING_PAGE]
     answered_id = http.query_params.get("answered")
+    # a person signed in sees first what was asked of them (to, a quorum, as a delegate)
+    found = await who(http)
+    mine: list[Request] = []
+    if found is not None and found.person is not None:
+        delegates = dict((await broker.policy_now()).delegates)
+        mine = [r for r in pending if asked_of(r, found.person, delegates)]
     return {
-        "groups": agent_groups(pending),
+        "mine": mine,
+        "groups": agent_groups([r for r in pending if r not in mine]),
         "asked": await broker.times_asked([r.id for r in pending]),  # "asked 3 times": one card
         "next_page": pending[-1].id if more else None,
         "more": await broker.count_requests(Status.PENDING, pending[-1].id) if more else 0,
