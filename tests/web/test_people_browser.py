@@ -1,0 +1,260 @@
+"""People sign in to the inbox as themselves, in real headless Chromium with its virtual authenticator
+(the DevTools WebAuthn domain, through Playwright): enrolment links, passkey sign-in, a quorum filled
+by two people from their own browsers, and what a person may not answer.
+
+Passkeys need a host name as the relying party: the pages are opened on ``localhost``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+from hitl_mcp.broker import AskSpec
+from hitl_mcp.config import load_config
+from hitl_mcp.core.models import Kind, Status, now
+from hitl_mcp.core.principal import token_digest
+from hitl_mcp.core.quorum import Quorum
+from hitl_mcp.web.passkeys import INVITE
+from tests.conftest import TOKEN, cli, free_port, write_config
+from tests.support.events import until
+from tests.support.harness import watching
+from tests.web import test_inbox_browser as shared
+from tests.web.test_inbox_browser import Browser, BrowserContext, Page, expect
+from tests.web.test_inbox_pages import Inbox, serve_inbox
+
+browser = shared.browser
+anyio_backend = shared.anyio_backend
+pytestmark = shared.pytestmark
+
+PEOPLE = f"""
+channels:
+  web: {{type: web, token: {TOKEN}, operator_answers: unaddressed}}
+people:
+  olive: {{terminal: olive}}
+  lead: {{terminal: lead}}
+"""
+
+
+@dataclass
+class Person:
+    name: str
+    context: BrowserContext
+    page: Page
+    cdp: Any
+    authenticator: str
+
+    async def credentials(self) -> list[dict[str, Any]]:
+        found = await self.cdp.send("WebAuthn.getCredentials", {"authenticatorId": self.authenticator})
+        return list(found["credentials"])
+
+
+@contextlib.asynccontextmanager
+async def people_inbox(state_dir: Path, tmp_path: Path) -> AsyncIterator[tuple[Inbox, Path, str]]:
+    """The server with two people, its config file (for the CLI), and its address on localhost."""
+    config = write_config(tmp_path / "hitl.yaml", free_port(), PEOPLE)
+    async with serve_inbox(state_dir, config=load_config(config)) as inbox:
+        yield inbox, config, inbox.url.replace("127.0.0.1", "localhost")
+
+
+async def with_authenticator(browser: Browser, name: str, **options: Any) -> Person:
+    """A browser context of its own with a virtual platform authenticator (UV, resident keys)."""
+    context = await browser.new_context()
+    page = await context.new_page()
+    cdp = await context.new_cdp_session(page)
+    await cdp.send("WebAuthn.enable")
+    made = await cdp.send(
+        "WebAuthn.addVirtualAuthenticator",
+        {
+            "options": {
+                "protocol": "ctap2",
+                "transport": "internal",
+                "hasResidentKey": True,
+                "hasUserVerification": True,
+                "isUserVerified": True,
+                "automaticPresenceSimulation": True,
+                **options,
+            }
+        },
+    )
+    return Person(name, context, page, cdp, made["authenticatorId"])
+
+
+async def invite(state_dir: Path, config: Path, name: str) -> str:
+    """``hitl-mcp people invite NAME``: the link's path."""
+    code, out, err = await cli(state_dir, "people", "invite", name, "--config", str(config))
+    assert code == 0, err
+    link = out.splitlines()[0]
+    assert link.startswith("http://localhost:") and f"/enrol/{name}/" in link, out
+    return "/" + link.split("/", 3)[3]
+
+
+async def enrolled(person: Person, base: str, path: str) -> None:
+    await person.page.goto(base + path)
+    await expect(
+        person.page.get_by_role("heading", name=f"Register a passkey for {person.name}")
+    ).to_be_visible()
+    await person.page.get_by_role("button", name="Register a passkey").click()
+    await expect(person.page.locator("[data-who]")).to_have_text(person.name)
+
+
+async def test_two_people_enrol_sign_in_and_fill_a_quorum_from_their_own_browsers(
+    state_dir: Path, tmp_path: Path, browser: Browser
+) -> None:
+    async with people_inbox(state_dir, tmp_path) as (inbox, config, base):
+        olive = await with_authenticator(browser, "olive")
+        lead = await with_authenticator(browser, "lead")
+        try:
+            for person in (olive, lead):
+                await enrolled(person, base, await invite(state_dir, config, person.name))
+            assert [c["rpId"] for c in await olive.credentials()] == ["localhost"]
+
+            # signing in again, with the passkey alone (no token)
+            await olive.context.clear_cookies()
+            await olive.page.goto(base + "/")
+            await olive.page.get_by_role("button", name="Sign in with a passkey").click()
+            await expect(olive.page.locator("[data-who]")).to_have_text("olive")
+
+            broker = await inbox.runtime.broker()
+            both, _ = await broker.ask(
+                AskSpec(
+                    kind=Kind.APPROVAL,
+                    text="Rotate the prod keys",
+                    approvals=Quorum(required=2, of=["olive", "lead"]),
+                )
+            )
+            other, _ = await broker.ask(
+                AskSpec(kind=Kind.QUESTION, text="Lunch?")
+            )  # asked of nobody in particular
+            await olive.page.goto(base + "/")
+            mine = olive.page.get_by_role("region", name="Asked of you")
+            await expect(mine.locator(f"#r-{both.id}")).to_be_visible()
+            await expect(mine.locator(f"#r-{other.id}")).to_have_count(0)
+            for count, person in enumerate((olive, lead), 1):
+                await person.page.goto(f"{base}/requests/{both.id}")
+                await person.page.get_by_role("button", name="Approve").first.click()
+                with watching(broker, both.id) as changes:
+                    await until(lambda n=count: _votes(broker, both.id, n), changes)
+            done = await broker.wait(both.id, 10)
+            assert done.status == Status.ANSWERED and done.approved is True
+            assert [(v.person, v.responder, v.channel) for v in done.votes] == [
+                ("olive", "olive", "web"),
+                ("lead", "lead", "web"),
+            ]
+        finally:
+            await olive.context.close()
+            await lead.context.close()
+
+
+async def test_a_person_cannot_answer_what_was_asked_of_someone_else_nor_the_operator_a_quorum(
+    state_dir: Path, tmp_path: Path, browser: Browser
+) -> None:
+    async with people_inbox(state_dir, tmp_path) as (inbox, config, base):
+        olive = await with_authenticator(browser, "olive")
+        try:
+            await enrolled(olive, base, await invite(state_dir, config, "olive"))
+            broker = await inbox.runtime.broker()
+            for_lead, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Restart", to=["lead"]))
+            csrf = await olive.page.locator('meta[name="csrf-token"]').get_attribute("content")
+            said = await olive.page.request.post(
+                f"{base}/api/requests/{for_lead.id}/reply",
+                data={"decision": "approve"},
+                headers={"X-CSRF-Token": csrf or ""},
+            )
+            assert said.status == 403 and "not asked of olive" in (await said.json())["error"]
+            # the operator (operator_answers: unaddressed) may not either
+            async with httpx2.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+                r = await api.post(f"/api/requests/{for_lead.id}/reply", json={"decision": "approve"})
+                assert r.status_code == 403 and "asked of people" in r.json()["error"]
+            assert (await broker.get_or_raise(for_lead.id)).status == Status.PENDING
+            # lead away, olive standing in: now she may
+            await broker.set_delegation("lead", "olive", now() + 3600, None, "test")
+            said = await olive.page.request.post(
+                f"{base}/api/requests/{for_lead.id}/reply",
+                data={"decision": "approve"},
+                headers={"X-CSRF-Token": csrf or ""},
+            )
+            assert said.status == 200, await said.text()
+            done = await broker.get_or_raise(for_lead.id)
+            assert (done.person, done.on_behalf_of, done.responder) == ("olive", "lead", "olive")
+        finally:
+            await olive.context.close()
+
+
+async def test_an_enrolment_link_works_once_before_it_expires_and_only_for_its_person(
+    state_dir: Path, tmp_path: Path, browser: Browser
+) -> None:
+    async with people_inbox(state_dir, tmp_path) as (inbox, config, base):
+        olive = await with_authenticator(browser, "olive")
+        lead = await with_authenticator(browser, "lead")
+        try:
+            path = await invite(state_dir, config, "olive")
+            token = path.rsplit("/", 1)[1]
+            # olive's link under lead's name: not valid
+            await lead.page.goto(f"{base}/enrol/lead/{token}")
+            await expect(lead.page.get_by_text("This enrolment link is not valid.")).to_be_visible()
+            await enrolled(olive, base, path)
+            # used: a second browser cannot register with it
+            await lead.page.goto(base + path)
+            await expect(lead.page.get_by_text("already used")).to_be_visible()
+            started = await lead.page.request.post(base + path + "/options", data={})
+            assert started.status == 409
+            # expired
+            broker = await inbox.runtime.broker()
+            stale = "s" * 43
+            await broker.store.add_credential(
+                INVITE, "lead", token_digest(stale), {"expires_at": now() - 1}, "test"
+            )
+            await lead.page.goto(f"{base}/enrol/lead/{stale}")
+            await expect(lead.page.get_by_text("This enrolment link has expired")).to_be_visible()
+            assert (await lead.page.request.post(f"{base}/enrol/lead/{stale}/options", data={})).status == 410
+            assert await lead.credentials() == []
+        finally:
+            await olive.context.close()
+            await lead.context.close()
+
+
+async def test_a_copied_passkey_whose_sign_count_goes_back_is_refused(
+    state_dir: Path, tmp_path: Path, browser: Browser
+) -> None:
+    async with people_inbox(state_dir, tmp_path) as (inbox, config, base):
+        olive = await with_authenticator(browser, "olive")
+        clone = await with_authenticator(browser, "olive")
+        try:
+            await enrolled(olive, base, await invite(state_dir, config, "olive"))
+            await olive.context.clear_cookies()
+            await olive.page.goto(base + "/")
+            await olive.page.get_by_role("button", name="Sign in with a passkey").click()
+            await expect(olive.page.locator("[data-who]")).to_have_text("olive")
+            (key,) = await olive.credentials()
+            assert key["signCount"] >= 2
+            copied = {
+                k: key[k]
+                for k in ("credentialId", "isResidentCredential", "rpId", "privateKey", "userHandle")
+            }
+            await clone.cdp.send(
+                "WebAuthn.addCredential",
+                {"authenticatorId": clone.authenticator, "credential": {**copied, "signCount": 1}},
+            )
+            await clone.page.goto(base + "/")
+            await clone.page.get_by_role("button", name="Sign in with a passkey").click()
+            await expect(
+                clone.page.get_by_text("Not signed in: the sign count did not go up")
+            ).to_be_visible()
+            assert await clone.context.cookies() == [] or all(
+                "session" not in c["name"] for c in await clone.context.cookies()
+            )
+            broker = await inbox.runtime.broker()
+            assert any(a.event == "passkey_refused" for a in await broker.store.audit())
+        finally:
+            await olive.context.close()
+            await clone.context.close()
+
+
+async def _votes(broker: Any, request_id: str, count: int) -> bool:
+    return len((await broker.get_or_raise(request_id)).votes) >= count
