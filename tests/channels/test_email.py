@@ -467,7 +467,7 @@ async def test_late_replies_get_one_already_answered_mail(
         assert request is not None and request.approved is False and request.channel == "web"
         already = [m for m in smtp.messages if "already answered" in plain(m)]
         assert len(already) == 1
-        assert "already answered by web inbox user via web (denied)" in plain(already[0])
+        assert "already answered by operator via web (denied)" in plain(already[0])
         assert already[0]["To"] == ALICE
 
 
@@ -772,7 +772,7 @@ async def test_follow_up_mail_when_settled_elsewhere(state_dir: Path, certs: Cer
         await api.post(f"/api/requests/{rid}/reply", json={"decision": "approve"})
         notes = await smtp.wait_for(2, lambda m: "Settled" in plain(m))
     assert sorted(str(m["To"]) for m in notes) == [ALICE, BOB]
-    assert all("approved by web inbox user via web" in plain(m) for m in notes)
+    assert all("approved by operator via web" in plain(m) for m in notes)
     assert {str(m["In-Reply-To"]) for m in notes} == {
         f"<hitl.{rid}.{broker.channels['email'].reply_token(rid, a)}@example.com>"  # type: ignore[attr-defined]
         for a in (ALICE, BOB)

@@ -691,7 +691,7 @@ async def test_end_to_end_the_agents_call_returns_the_tap(
             reply = await api.post(f"/api/requests/{asked['request_id']}/reply", json={"text": "blue"})
             assert reply.status_code == 200, reply.text
             await edited(stand, second)
-            assert "Answered via web by web inbox user at" in second.text and "“blue”" in second.text
+            assert "Answered via web by operator at" in second.text and "“blue”" in second.text
             assert second.reply_markup is None
 
 

@@ -90,3 +90,24 @@ async def credited(
     assert [(v.person, v.on_behalf_of) for v in done.votes] == [("olive", None), ("backup", "lead")]
     assert (done.person, done.on_behalf_of) == ("backup", "lead")
     return done
+
+
+async def session_of(state_dir: Path, person: str, port: int, token: str) -> dict[str, str]:
+    """A person's inbox session on the server in ``state_dir`` (SQLite), as a passkey sign-in leaves
+    it: the cookie and CSRF headers a request needs to be theirs."""
+    import secrets
+
+    from hitl_mcp.store.select import DB_FILE
+    from hitl_mcp.store.sqlite import SqliteStore
+    from hitl_mcp.web.auth import WebAuth
+    from hitl_mcp.web.sessions import digest
+
+    session_id = secrets.token_urlsafe(32)
+    store = SqliteStore(state_dir / DB_FILE)
+    await store.open()
+    try:
+        await store.add_session(digest(session_id), now() + 3600, None, person)
+    finally:
+        await store.close()
+    csrf = WebAuth(token, "test").csrf_for(session_id)
+    return {"Cookie": f"hitl_session_{port}={session_id}", "X-CSRF-Token": csrf, "Authorization": ""}

@@ -16,8 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from hitl_mcp.config.errors import KeyPath, _show
-from hitl_mcp.core.escalation import TERMINAL
-from hitl_mcp.core.ladders import LadderConfig, Person
+from hitl_mcp.core.ladders import TERMINAL, LadderConfig, Person
 from hitl_mcp.core.quorum import Quorum
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")

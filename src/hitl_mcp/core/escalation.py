@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from hitl_mcp.core.delegation import Delegation, active, delegate_of, stands_for
 from hitl_mcp.core.errors import UnknownChannel
-from hitl_mcp.core.ladders import LadderConfig, StepConfig
+from hitl_mcp.core.ladders import TERMINAL, LadderConfig, StepConfig
 from hitl_mcp.core.models import Kind
 from hitl_mcp.core.quorum import Quorum
 from hitl_mcp.core.store import PlannedStep
@@ -23,9 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = ["TERMINAL", "TERMINAL_CHANNEL", "Choice", "Policy"]
 
-#: the key of ``people:`` that names a person's OS user, whose answers at the terminal (the CLI's
-#: ``answer``, ``approve``, ``deny``) are theirs
-TERMINAL = "terminal"
 #: the channel the CLI's answers are recorded under
 TERMINAL_CHANNEL = "cli"
 
