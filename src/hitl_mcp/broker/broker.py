@@ -39,7 +39,7 @@ from hitl_mcp.core.models import (
     now,
     payload_sha256,
 )
-from hitl_mcp.core.outcomes import check_reply, expiry_outcome
+from hitl_mcp.core.outcomes import STEP_UP_NEEDED, check_reply, expiry_outcome, proved
 from hitl_mcp.core.store import Engine, History, KeyConflict, Store
 from hitl_mcp.core.wording import already
 from hitl_mcp.kit.loops import forever, reason
@@ -204,6 +204,7 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
             channels=channels,
             to=policy.asked(spec.kind, spec.risk, spec.channels, spec.to),
             approvals=quorum,
+            step_up=policy.needs_step_up(spec.kind, spec.risk),
             idempotency_key=spec.idempotency_key,
             session_key=spec.session_key,
             client_name=spec.client_name,
@@ -323,6 +324,8 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         not fit the request (``ReplyInvalid``) or an unknown id (``NotFound``)."""
         request = await self.get_or_raise(request_id)
         outcome = check_reply(request, reply) if request.status == Status.PENDING else {}
+        if outcome and request.step_up and reply.decision == "approve" and not proved(request, reply):
+            raise ReplyInvalid(STEP_UP_NEEDED)
         # credited to the person whose verified identity this is (never by the display text); the
         # responder stays the actor. The payload hash is the one shown: a quorum counts a vote only
         # for the payload it holds

@@ -49,6 +49,13 @@ class Policy:
     """The config's delegations (``at`` adds the run-time ones)."""
     delegates: Mapping[str, str] = field(default_factory=dict)
     """Who stands in for whom at one moment (see ``at``): ``{from: to}``."""
+    step_up: frozenset[str] = frozenset()
+    """The risks whose approval needs a passkey step-up (``defaults.request_approval.step_up``)."""
+
+    def needs_step_up(self, kind: Kind, risk: str | None) -> bool:
+        """Whether an approval of this risk counts only with a passkey assertion: only where there are
+        people to hold passkeys."""
+        return kind == Kind.APPROVAL and (risk or "medium") in self.step_up and bool(self.people)
 
     # --- people ----------------------------------------------------------------------------
 

@@ -89,6 +89,9 @@ class Request(BaseModel):
     """The people asked (config ``people``), as the call or the defaults named them."""
     approvals: Quorum | None = None
     """For an approval that needs several people: how many of whom (``of`` filled in at ask time)."""
+    step_up: bool = False
+    """An approval that counts only with a fresh passkey assertion in the inbox (set at ask time from
+    ``defaults.request_approval.step_up``); a denial needs none."""
     idempotency_key: str | None = None
     session_key: str | None = None
     client_name: str | None = None

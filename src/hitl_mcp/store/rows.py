@@ -49,6 +49,7 @@ BODY_FIELDS = (
     "client_name",
     "to",
     "approvals",
+    "step_up",
 )
 
 
