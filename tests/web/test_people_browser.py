@@ -21,6 +21,7 @@ from hitl_mcp.core.models import Kind, Status, now
 from hitl_mcp.core.principal import token_digest
 from hitl_mcp.core.quorum import Quorum
 from hitl_mcp.web.passkeys import INVITE
+from hitl_mcp.web.stepup import check_offline
 from tests.conftest import TOKEN, cli, free_port, write_config
 from tests.support.events import until
 from tests.support.harness import watching
@@ -258,3 +259,96 @@ async def test_a_copied_passkey_whose_sign_count_goes_back_is_refused(
 
 async def _votes(broker: Any, request_id: str, count: int) -> bool:
     return len((await broker.get_or_raise(request_id)).votes) >= count
+
+
+# --- step-up: a high-risk approval counts only with a passkey assertion bound to it ----------------
+
+ASSERT = """async (options) => {
+    const bytes = (t) => Uint8Array.from(
+        atob(t.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((t.length + 3) % 4)),
+        (c) => c.charCodeAt(0));
+    const text = (b) => btoa(String.fromCharCode(...new Uint8Array(b)))
+        .replace(/\\+/g, "-").replace(/\\//g, "_").replace(/=+$/, "");
+    options.challenge = bytes(options.challenge);
+    options.allowCredentials = (options.allowCredentials || []).map((c) => ({...c, id: bytes(c.id)}));
+    const c = await navigator.credentials.get({publicKey: options});
+    const r = c.response;
+    return {id: c.id, rawId: text(c.rawId), type: c.type, clientExtensionResults: {}, response: {
+        clientDataJSON: text(r.clientDataJSON), authenticatorData: text(r.authenticatorData),
+        signature: text(r.signature)}};
+}"""
+
+
+async def step_up_body(person: Person, base: str, request_id: str, csrf: str) -> dict[str, Any]:
+    """A step-up made in the person's browser for ``request_id``: the reply body that carries it."""
+    started = await person.page.request.post(
+        f"{base}/api/requests/{request_id}/step-up",
+        data={"decision": "approve"},
+        headers={"X-CSRF-Token": csrf},
+    )
+    assert started.status == 200, await started.text()
+    given = await started.json()
+    credential = await person.page.evaluate(ASSERT, given["options"])
+    return {"decision": "approve", "step_up": {"state": given["state"], "credential": credential}}
+
+
+async def test_a_high_risk_approval_counts_only_with_a_passkey_assertion_bound_to_it(
+    state_dir: Path, tmp_path: Path, browser: Browser
+) -> None:
+    async with people_inbox(state_dir, tmp_path) as (inbox, config, base):
+        olive = await with_authenticator(browser, "olive")
+        try:
+            await enrolled(olive, base, await invite(state_dir, config, "olive"))
+            broker = await inbox.runtime.broker()
+
+            async def high(text: str, payload: Any) -> str:
+                request, _ = await broker.ask(
+                    AskSpec(kind=Kind.APPROVAL, text=text, payload=payload, risk="high", to=["olive"])
+                )
+                assert request.step_up
+                return request.id
+
+            deploy = await high("Deploy v3", {"tag": "v3"})
+            drop = await high("Drop the table", {"table": "orders"})
+            csrf = await olive.page.locator('meta[name="csrf-token"]').get_attribute("content") or ""
+
+            async def reply(request_id: str, body: dict[str, Any]) -> Any:
+                return await olive.page.request.post(
+                    f"{base}/api/requests/{request_id}/reply", data=body, headers={"X-CSRF-Token": csrf}
+                )
+
+            # without the assertion: refused, and a denial needs none
+            plain = await reply(deploy, {"decision": "approve"})
+            assert plain.status == 422 and "only with a passkey" in (await plain.json())["error"]
+            # an assertion made for another request (another payload) does not carry over
+            for_deploy = await step_up_body(olive, base, deploy, csrf)
+            elsewhere = await reply(drop, for_deploy)
+            assert elsewhere.status == 403 and "another request" in (await elsewhere.json())["error"]
+            assert (await broker.get_or_raise(drop)).status == Status.PENDING
+
+            # in the page: the only approve button is the passkey's
+            await olive.page.goto(f"{base}/requests/{deploy}")
+            await expect(olive.page.get_by_role("button", name="Approve", exact=True)).to_have_count(0)
+            await olive.page.get_by_role("button", name="Approve with your passkey").click()
+            with watching(broker, deploy) as changes:
+                await until(lambda: _settled(broker, deploy), changes)
+            done = await broker.get_or_raise(deploy)
+            assert (done.approved, done.person, done.responder) == (True, "olive", "olive")
+            (kept,) = [r for r in await broker.store.replies(deploy) if r.won]
+            assert kept.proof is not None and kept.proof["payload_sha256"] == done.payload_sha256
+            assert check_offline(kept.proof)
+            assert not check_offline({**kept.proof, "payload_sha256": "0" * 64})  # another payload: no
+
+            # replayed: the same assertion again is refused, whatever it is sent to
+            again = await step_up_body(olive, base, drop, csrf)
+            assert (await reply(drop, again)).status == 200
+            replayed = await reply(drop, again)
+            assert replayed.status == 403 and "already used" in (await replayed.json())["error"]
+            denied = await high("Rotate keys", {"k": 1})
+            assert (await reply(denied, {"decision": "deny"})).status == 200
+        finally:
+            await olive.context.close()
+
+
+async def _settled(broker: Any, request_id: str) -> bool:
+    return (await broker.get_or_raise(request_id)).status != Status.PENDING

@@ -91,10 +91,10 @@
     }
   }
   async function stepUp(button) {
-    const box = document.querySelector("[data-passkey-status]");
     const id = button.getAttribute("data-step-up");
+    const box = document.getElementById("err-" + id);
     const csrf = button.getAttribute("data-csrf") || "";
-    const comment = (document.querySelector("[data-step-up-comment]") || {}).value || "";
+    const comment = (document.getElementById("comment-" + id) || {}).value || "";
     button.disabled = true;
     try {
       const started = await post("/api/requests/" + id + "/step-up", {decision: "approve"}, {"X-CSRF-Token": csrf});
