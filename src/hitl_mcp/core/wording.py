@@ -88,3 +88,8 @@ def fate(request: Request, *, quote: Callable[[str], str] | None = None, when: s
 def still_waiting(text: str) -> str:
     """A reminder of a request nobody has answered yet: ``Still waiting: <the question>``."""
     return f"Still waiting: {text}"
+
+
+#: what a channel that cannot do a passkey says of an approval that needs one (a step-up), beside Deny
+STEP_UP_HINT = "Approving this needs your passkey: approve it in the hitl-mcp inbox. Deny works here."
+STEP_UP_BUTTON = "Approve in the inbox (passkey)"

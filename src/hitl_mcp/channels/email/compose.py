@@ -13,6 +13,7 @@ from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.email.common import _PAYLOAD_SHOWN, Link, _headline, _when, load_key
 from hitl_mcp.channels.email.config import Config, _address
 from hitl_mcp.core.models import Kind, Request, now
+from hitl_mcp.core.wording import STEP_UP_HINT
 from hitl_mcp.kit.signing import Signer, b64url, unb64url
 
 
@@ -93,7 +94,9 @@ class _Composing(BaseChannel):
         else:
             expires = request.expires_at or now() + 30 * 86400
         answers: list[tuple[str, str]] = []
-        if request.kind == Kind.APPROVAL:
+        if request.kind == Kind.APPROVAL and request.step_up:  # approving needs a passkey, in the inbox
+            answers = [("Deny", "deny")]
+        elif request.kind == Kind.APPROVAL:
             answers = [("Approve", "approve"), ("Deny", "deny")]
         else:
             answers = [(f"{i}. {c}", f"c{i - 1}") for i, c in enumerate(request.choices or [], 1)]
@@ -110,7 +113,12 @@ class _Composing(BaseChannel):
         if _address(recipient) not in self.allowed:
             return ["You receive this for your information; answers are taken only from the people asked."]
         lines: list[str] = []
-        if self.config.imap is not None:
+        if request.kind == Kind.APPROVAL and request.step_up:
+            inbox = f": {self.public_url}/requests/{request.id}" if self.public_url else ""
+            lines.append(f"{STEP_UP_HINT}{inbox}")
+            if self.config.imap is not None:
+                lines.append("To deny, reply to this mail with DENY on the first line.")
+        elif self.config.imap is not None:
             if request.kind == Kind.APPROVAL:
                 lines.append("To answer, reply to this mail with APPROVE or DENY on the first line.")
                 lines.append("Anything after that is kept as a comment.")

@@ -10,7 +10,7 @@ from typing import Any, TypedDict
 
 from hitl_mcp.channels.slack.config import _RESPONDER, _USER_ID, BUTTON_LIMIT, HEADER_LIMIT, SECTION_LIMIT
 from hitl_mcp.core.models import Decision, Kind, Request, Status
-from hitl_mcp.core.wording import expired, verdict
+from hitl_mcp.core.wording import STEP_UP_BUTTON, STEP_UP_HINT, expired, verdict
 
 # ----------------------------------------------------------------------------------- the messages
 
@@ -37,6 +37,18 @@ def render(
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _context(request)}]})
     if outcome is not None:
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": outcome}})
+    elif request.kind == Kind.APPROVAL and request.step_up:  # a passkey in the inbox, never a plain Approve
+        elements = [_button("Deny", "deny", "deny", "danger")]
+        if public_url:
+            elements.insert(
+                0,
+                {
+                    **_button(STEP_UP_BUTTON, "open_inbox", "open_inbox"),
+                    "url": f"{public_url}/requests/{rid}",
+                },
+            )
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": STEP_UP_HINT}]})
+        blocks.append({"type": "actions", "block_id": f"hitl:{rid}:decision", "elements": elements})
     elif request.kind == Kind.APPROVAL:
         approve: dict[str, Any] = _button("Approve", "approve", "approve", "primary")
         if request.risk == "high":

@@ -60,6 +60,10 @@ def _cut(text: str, room: int) -> tuple[str, bool]:
 
 def instructions(request: Request, code: str, *, short: bool = False) -> str:
     """How to answer, with the code: "Reply YES 4821 or NO 4821", "Reply 1 4821 for staging, ..."."""
+    if request.kind == Kind.APPROVAL and request.step_up:  # approving needs a passkey: the inbox
+        return f"Reply NO {code} to deny; approve it in the hitl-mcp inbox with your passkey" + (
+            "" if short else "."
+        )
     if request.kind == Kind.APPROVAL:
         return f"Reply YES {code} or NO {code}" + ("" if short else ", optionally with a comment.")
     choices = request.choices or []
