@@ -36,5 +36,8 @@ def link_message(request: Request, channel: str) -> str:
 
 def render_form(broker: Broker, request: Request, channel: str) -> elicitation.Form:
     others = [n for n in request.channels if n != channel]
-    can_approve = request.kind != Kind.APPROVAL or broker.channels[channel].may_approve(request.risk)
+    # a step-up's approval is a passkey's, in the inbox: the host's form may only deny it
+    can_approve = request.kind != Kind.APPROVAL or (
+        not request.step_up and broker.channels[channel].may_approve(request.risk)
+    )
     return elicitation.render(request, others, can_approve)
