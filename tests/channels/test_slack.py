@@ -685,9 +685,7 @@ async def test_end_to_end_through_the_mcp_tools(
             reply = await api.post(f"/api/requests/{asked['request_id']}/reply", json={"text": "blue"})
             assert reply.status_code == 200, reply.text
             await until(lambda: second.versions, stand.changes)
-            assert (
-                "Answered via web by operator at" in second.all_text() and "“blue”" in second.all_text()
-            )
+            assert "Answered via web by operator at" in second.all_text() and "“blue”" in second.all_text()
             assert not [b for b in second.blocks if b["type"] in ("input", "actions")]
             assert stand.called("chat.update")[-1].args["ts"] == second.ts
 

@@ -371,9 +371,7 @@ async def test_the_inbox_sets_a_delegation_as_the_cli_does(state_dir: Path) -> N
         (stored,) = await delegation.stored(broker.store)
         assert (stored.from_, stored.to, stored.set_by) == ("owner", "backup", "operator")
         rows = [(r.actor, r.data) for r in await broker.history.audit() if r.event == "delegation_set"]
-        assert rows == [
-            ("operator", {"from": "owner", "to": "backup", "until": "2099-01-01T09:30:00.000Z"})
-        ]
+        assert rows == [("operator", {"from": "owner", "to": "backup", "until": "2099-01-01T09:30:00.000Z"})]
         page = (await web.get("/")).text
         assert "owner → backup" in page and 'action="/delegations/owner/end"' in page
 

@@ -540,9 +540,7 @@ async def test_a_late_answer_keeps_its_message_on_the_page(state_dir: Path, brow
         await send_reply(inbox, rid, {"text": "Borealis"})
         await card.get_by_role("button", name="Send").click()
         late = page.locator(".late-note")
-        await expect(late).to_contain_text(
-            "Your answer was not used: Already answered by operator via web"
-        )
+        await expect(late).to_contain_text("Your answer was not used: Already answered by operator via web")
         await expect(late).to_contain_text("Name of the release?")
         await expect(late.locator(".late-title")).to_be_focused()
         await page.unroute(f"{inbox.url}/")

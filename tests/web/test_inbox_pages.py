@@ -229,11 +229,7 @@ async def test_form_answers(
         for key, value in outcome.items():
             assert getattr(settled, key) == value
         banner = (await web.get(r.headers["location"])).text
-        assert (
-            "Answered by operator" in banner
-            or "proved by operator" in banner
-            or "Denied" in banner
-        )
+        assert "Answered by operator" in banner or "proved by operator" in banner or "Denied" in banner
 
 
 async def test_a_high_risk_approval_from_the_form_takes_a_confirmation_step(state_dir: Path) -> None:

@@ -8,12 +8,14 @@ Passkeys need a host name as the relying party: the pages are opened on ``localh
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 
 from hitl_mcp.broker import AskSpec
 from hitl_mcp.config import load_config
@@ -22,10 +24,11 @@ from hitl_mcp.core.principal import token_digest
 from hitl_mcp.core.quorum import Quorum
 from hitl_mcp.web.passkeys import INVITE
 from hitl_mcp.web.stepup import check_offline
-from tests.conftest import TOKEN, cli, free_port, write_config
+from tests.conftest import ROOT, TOKEN, cli, free_port, write_config
 from tests.support.events import until
 from tests.support.harness import watching
 from tests.web import test_inbox_browser as shared
+from tests.web.test_inbox_access import AXE, AXE_RUN, PHONE
 from tests.web.test_inbox_browser import Browser, BrowserContext, Page, expect
 from tests.web.test_inbox_pages import Inbox, serve_inbox
 
@@ -352,3 +355,52 @@ async def test_a_high_risk_approval_counts_only_with_a_passkey_assertion_bound_t
 
 async def _settled(broker: Any, request_id: str) -> bool:
     return (await broker.get_or_raise(request_id)).status != Status.PENDING
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("width", [375, 1280])
+async def test_axe_finds_no_violation_on_the_people_pages(
+    state_dir: Path, tmp_path: Path, browser: Browser, scheme: str, width: int
+) -> None:
+    """Enrolment, sign-in with a passkey, and a request that needs a step-up."""
+    if not AXE.exists():
+        missing = f"no {AXE.relative_to(ROOT)}: run npm ci --prefix tests/ts"
+        pytest.fail(missing) if os.environ.get("CI") else pytest.skip(missing)
+    size = PHONE if width == 375 else {"viewport": {"width": 1280, "height": 900}}
+    found: list[str] = []
+    async with people_inbox(state_dir, tmp_path) as (inbox, config, base):
+        olive = await with_authenticator(browser, "olive")
+        try:
+            await olive.context.add_init_script(path=str(AXE))
+            await olive.page.emulate_media(color_scheme=scheme)  # type: ignore[arg-type]
+            await olive.page.set_viewport_size(size["viewport"])
+
+            async def check(label: str) -> None:
+                found.extend(await olive.page.evaluate(AXE_RUN, f"{scheme} {width}px {label}"))
+
+            path = await invite(state_dir, config, "olive")
+            await olive.page.goto(base + path)
+            await check("enrolment")
+            await olive.page.goto(f"{base}/enrol/olive/not-a-token")
+            await check("enrolment link not valid")
+            await enrolled(olive, base, path)
+            broker = await inbox.runtime.broker()
+            high, _ = await broker.ask(
+                AskSpec(
+                    kind=Kind.APPROVAL,
+                    text="Drop the table",
+                    payload={"t": "orders"},
+                    risk="high",
+                    to=["olive"],
+                )
+            )
+            await olive.page.goto(base + "/")
+            await check("inbox, asked of you, a step-up card")
+            await olive.page.goto(f"{base}/requests/{high.id}")
+            await check("a request that needs a step-up")
+            await olive.context.clear_cookies()
+            await olive.page.goto(base + "/")
+            await check("sign-in with a passkey")
+        finally:
+            await olive.context.close()
+    assert found == []
