@@ -116,7 +116,7 @@ async def test_a_rule_made_in_the_inbox_answers_the_next_approval_over_mcp(
             fired = [a for a in json.loads(shown)["audit"] if a["event"] == "rule_fired"]
             assert code == 0 and fired[0]["data"] == {
                 "rule": rule_id,
-                "created_by": "web inbox user",
+                "created_by": "operator",
                 "uses_left": None,
             }
 
@@ -379,11 +379,11 @@ async def test_batch_approves_the_plain_ones_and_leaves_high_risk_pending(state_
             assert r.status_code == 200 and sorted(r.json()["approved"]) == sorted(p.id for p in plain)
         for request in plain:
             settled = await broker.get_or_raise(request.id)
-            assert settled.approved is True and settled.responder == "web inbox user"
+            assert settled.approved is True and settled.responder == "operator"
         assert (await broker.get_or_raise(risky.id)).status == Status.PENDING
         assert (await broker.get_or_raise(other.id)).status == Status.PENDING
         (row,) = [a for a in await broker.history.audit() if a.event == "batch_approved"]
-        assert sorted(row.data["ids"]) == sorted(p.id for p in plain) and row.actor == "web inbox user"
+        assert sorted(row.data["ids"]) == sorted(p.id for p in plain) and row.actor == "operator"
 
 
 async def test_the_inbox_revokes_pauses_and_resumes_only_with_its_csrf_token(state_dir: Path) -> None:
@@ -403,9 +403,9 @@ async def test_the_inbox_revokes_pauses_and_resumes_only_with_its_csrf_token(sta
             assert (await person.post("/resume", data={"csrf": csrf})).status_code == 303
         assert (await broker.paused()) is None
         (revoked,) = await broker.rules()
-        assert revoked.revoked_by == "web inbox user" and not revoked.live(now())
+        assert revoked.revoked_by == "operator" and not revoked.live(now())
         events = [(a.event, a.actor) for a in await broker.history.audit()]
-        assert ("rule_revoked", "web inbox user") in events and ("resumed", "web inbox user") in events
+        assert ("rule_revoked", "operator") in events and ("resumed", "operator") in events
 
 
 async def test_a_high_risk_rule_from_the_form_needs_its_confirmation(state_dir: Path) -> None:

@@ -198,6 +198,13 @@ def old_rule(false: str) -> str:
     )
 
 
+#: what the migration for people's sign-in added, taken away again (a database from before it)
+UNDO_PEOPLE = (
+    "ALTER TABLE web_sessions DROP COLUMN person; DROP TABLE sign_counts;"
+    " ALTER TABLE replies DROP COLUMN proof;"
+)
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def before_binding(
     request: pytest.FixtureRequest, tmp_path: Path
@@ -215,7 +222,7 @@ async def before_binding(
             "DROP TABLE credentials;"
             "ALTER TABLE requests DROP COLUMN preview; ALTER TABLE requests DROP COLUMN preview_sha256;"
             "ALTER TABLE replies DROP COLUMN preview_sha256;"
-            f"PRAGMA user_version = 9; {old_rule('0')};"
+            f"{UNDO_PEOPLE} PRAGMA user_version = 9; {old_rule('0')};"
         )
         db.close()
 
@@ -242,7 +249,7 @@ async def before_binding(
                 "ALTER TABLE rules DROP COLUMN shown, DROP COLUMN max_risk; DROP TABLE credentials;"
                 "ALTER TABLE requests DROP COLUMN preview, DROP COLUMN preview_sha256;"
                 "ALTER TABLE replies DROP COLUMN preview_sha256;"
-                f"UPDATE hitl_schema SET version = 9; {old_rule('FALSE')};"
+                f"{UNDO_PEOPLE} UPDATE hitl_schema SET version = 9; {old_rule('FALSE')};"
             )
         finally:
             await conn.close()

@@ -13,6 +13,7 @@ import logging
 import os
 import subprocess
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +28,17 @@ from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.channels import ntfy
 from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.config import effective_config, parse_config
-from hitl_mcp.core.models import Kind, Reply, Request, Status
+from hitl_mcp.core.delegation import Delegation
+from hitl_mcp.core.models import Kind, Reply, Request, Status, now
 from hitl_mcp.core.retry import RetryPolicy
+from hitl_mcp.core.store import Engine
+from mcp import Client
 from tests.conftest import PYTHON, ROOT, TOKEN, Heard, make_config, running, server_env
 from tests.support.agent import approval_while
 from tests.support.events import until
 from tests.support.harness import channel_broker, sent_row, watching
 from tests.support.ntfy_standin import NtfyStandin, tap
+from tests.support.people import ask_both, people_on
 from tests.support.serve import serving
 
 pytestmark = pytest.mark.anyio
@@ -657,3 +662,52 @@ async def test_the_standin_speaks_ntfy(standin: tuple[NtfyStandin, str]) -> None
         stand.limit(1, retry_after=3)
         limited = await http.post("/", json={"topic": TOPIC}, headers=server)
         assert limited.status_code == 429 and limited.headers["retry-after"] == "3"
+
+
+# ------------------------------------------------------------------------------------- people
+
+
+async def test_a_person_is_credited_by_the_channels_responder_once_and_as_a_delegate(
+    tmp_path: Path, standin: tuple[NtfyStandin, str], engine: Engine | None
+) -> None:
+    """ntfy cannot tell one tapper from another: whoever holds the topic is the channel's
+    ``responder``, and people: names that (one topic per person)."""
+    stand, url = standin
+    async with ntfy_broker(tmp_path, ntfy_config(url, responder="olive's phone"), store=engine) as (
+        broker,
+        _,
+    ):
+        await subscribed(stand)
+        people_on(broker, "ntfy", {"olive": "olive's phone"})
+        broker.policy = replace(
+            broker.policy,
+            delegations=[Delegation.model_validate({"from": "lead", "to": "olive", "until": now() + 3600})],
+        )
+
+        async def replies(request: Request, count: int) -> None:
+            with watching(broker, request.id) as changes:
+                await until(lambda: _count(broker, request.id, count), changes)
+
+        both = await ask_both(broker, "ntfy")
+        sent = await notified(stand, request=both)
+        await tap(button(sent, "Approve"))
+        await replies(both, 1)
+        await tap(button(sent, "Deny"))  # olive again, on the other button: not a second vote
+        await replies(both, 2)
+        voted = await broker.get_or_raise(both.id)
+        assert voted.status == Status.PENDING
+        assert [(v.person, v.on_behalf_of, v.responder) for v in voted.votes] == [
+            ("olive", None, "olive's phone")
+        ]
+        assert [r.won for r in await broker.store.replies(both.id)] == [True, False]  # counted, refused
+
+        for_lead, _ = await broker.ask(
+            AskSpec(kind=Kind.APPROVAL, text="Restart", to=["lead"], channels=["ntfy"])
+        )
+        await tap(button(await notified(stand, request=for_lead), "Approve"))
+        done = await settled(broker, for_lead.id)
+        assert (done.approved, done.person, done.on_behalf_of) == (True, "olive", "lead")
+
+
+async def _count(broker: Broker, request_id: str, count: int) -> bool:
+    return len(await broker.store.replies(request_id)) >= count

@@ -217,7 +217,8 @@ def test_unknown_nested_key() -> None:
 def test_unknown_key_in_a_channel_lists_that_channels_keys() -> None:
     e = error("channels:\n  web:\n    type: web\n    tokn: abc\n")
     assert (
-        str(e) == "hitl.yaml:4: channels.web.tokn: unknown key 'tokn'; valid keys: type, token, session_ttl"
+        str(e) == "hitl.yaml:4: channels.web.tokn: unknown key 'tokn'; valid keys: type, token, session_ttl, "
+        "operator_answers"
     )
 
 

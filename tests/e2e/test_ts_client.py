@@ -119,7 +119,7 @@ async def test_url_mode_offers_the_inbox_page_to_a_client_that_opens_links(tmp_p
     assert seen["page_names_action"]
     approval = seen["approval"]
     assert approval["status"] == "answered" and approval["approved"] is True
-    assert approval["channel"] == "web" and approval["responder"] == "web inbox user"
+    assert approval["channel"] == "web" and approval["responder"] == "operator"
     assert seen["completed"] == [shown["elicitationId"]]
 
 

@@ -27,6 +27,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from tests.conftest import PYTHON, ROOT, TOKEN, cli, free_port, server_env, text_of, write_config
 from tests.support.events import Changes, until
+from tests.support.people import session_of
 
 pytestmark = pytest.mark.anyio
 
@@ -66,6 +67,7 @@ class Gate:
         self.state_dir = tmp_path / "state"
         self.state_dir.mkdir(exist_ok=True)
         self.port = free_port()
+        self.person: str | None = None
         self.config = write_config(tmp_path / "hitl.yaml", self.port, config)
         self.policy = tmp_path / "gate.yaml"
         self.policy.write_text(policy)
@@ -106,7 +108,9 @@ class Gate:
     async def reply(self, request_id: str, decision: str, comment: str | None = None) -> dict[str, Any]:
         async with self.api() as api:
             body = {"decision": decision, **({"comment": comment} if comment else {})}
-            response = await api.post(f"/api/requests/{request_id}/reply", json=body)
+            # as the operator (the web token), or as a person signed in to the inbox
+            signed_in = await session_of(self.state_dir, self.person, self.port, TOKEN) if self.person else {}
+            response = await api.post(f"/api/requests/{request_id}/reply", json=body, headers=signed_in)
             assert response.status_code == 200, response.text
             return dict(response.json())
 
@@ -430,8 +434,9 @@ rules:
     action: ask
     to: [owner]
 """
-    people = "channels:\n  web: {type: web}\npeople:\n  owner: {web: web inbox user}\n"
+    people = "channels:\n  web: {type: web}\npeople:\n  owner: {terminal: owner}\n"
     gate = Gate(tmp_path, policy, people)
+    gate.person = "owner"
     async with connected(gate.params(MARKER)) as client:
         result, request_id = await answered_call(gate, client, "touch", {"name": "n"}, "approve")
         request = await gate.request(request_id)

@@ -40,7 +40,7 @@ from hitl_mcp.core.models import (
     now,
     payload_sha256,
 )
-from hitl_mcp.core.outcomes import check_reply, expiry_outcome
+from hitl_mcp.core.outcomes import STEP_UP_NEEDED, check_reply, expiry_outcome, proved
 from hitl_mcp.core.previews import preview_sha256
 from hitl_mcp.core.store import Engine, History, KeyConflict, Store
 from hitl_mcp.core.wording import already
@@ -210,6 +210,7 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
             channels=channels,
             to=policy.asked(spec.kind, spec.risk, spec.channels, spec.to),
             approvals=quorum,
+            step_up=policy.needs_step_up(spec.kind, spec.risk),
             idempotency_key=spec.idempotency_key,
             session_key=spec.session_key,
             client_name=spec.client_name,
@@ -330,10 +331,13 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         request = await self.get_or_raise(request_id)
         outcome = check_reply(request, reply) if request.status == Status.PENDING else {}
         refuse_unseen(self.channels, request, reply)  # approved only where the preview was shown whole
-        # credited to the person whose identity this is; the channel identity stays the actor. The
-        # payload and preview hashes are the ones shown: an approval counts only for those it holds
+        if outcome and request.step_up and reply.decision == "approve" and not proved(request, reply):
+            raise ReplyInvalid(STEP_UP_NEEDED)
+        # credited to the person whose verified identity this is (never by the display text); the
+        # responder stays the actor. The payload and preview hashes are the ones shown: an approval
+        # (and a quorum's vote) counts only for those it holds
         policy = await self.policy_now()
-        person = policy.person_of(reply.channel, reply.responder)
+        person = policy.person_of(reply.channel, reply.identity)
         credit = {"person": person, "on_behalf_of": policy.on_behalf_of(person, request)}
         shown = {"payload_sha256": request.payload_sha256, "preview_sha256": request.preview_sha256}
         reply = reply.model_copy(update={**credit, **shown})

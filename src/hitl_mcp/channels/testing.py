@@ -79,4 +79,5 @@ class TestChannel(Channel):
 
     async def reply(self, request_id: str, responder: str = "tester", **fields: Any) -> Outcome:
         """A person answers here: ``await channel.reply(rid, decision="approve")``."""
-        return await self.answer(request_id, Reply(channel=self.name, responder=responder, **fields))
+        reply = Reply(channel=self.name, responder=responder, identity=responder, **fields)
+        return await self.answer(request_id, reply)

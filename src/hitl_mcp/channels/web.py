@@ -23,6 +23,10 @@ class Config(ChannelConfig):
     """The inbox and API token; else $HITL_WEB_TOKEN; else one generated in the state directory."""
     session_ttl: Annotated[float, bounded(60, 30 * DAY)] = 12 * HOUR
     """How long an inbox session lasts after signing in (a duration: 12h, 30m, 7d): 1m to 30d."""
+    operator_answers: Literal["all", "unaddressed", "none"] = "all"
+    """What the operator (the web token) may answer in the inbox and the API: everything (``all``),
+    only what was asked of no one in particular (``unaddressed``: no ``to``, no quorum), or nothing
+    (``none``). People of ``people:`` sign in with their passkeys and answer what was asked of them."""
 
 
 class WebChannel(BaseChannel):

@@ -54,6 +54,7 @@ def config_and_state(args: argparse.Namespace) -> tuple[Config, Any]:
 async def open_broker(args: argparse.Namespace) -> AsyncIterator[Broker]:
     """A broker on the state directory's database, with no channels: for reading and answering."""
     from hitl_mcp.broker import AskDefaults, Broker
+    from hitl_mcp.config.policy import policy_from_config
     from hitl_mcp.core.store import StoreError
     from hitl_mcp.runtime import engine_of
     from hitl_mcp.store.health import storage_error
@@ -71,7 +72,8 @@ async def open_broker(args: argparse.Namespace) -> AsyncIterator[Broker]:
         await store.close()
         raise CliError(str(exc) if path is None else storage_error(exc, path)) from None
     try:
-        yield Broker(store, {}, AskDefaults({}, {}), state_dir=state_dir)
+        # the config's people and delegations: an answer at the terminal is the person whose OS user it is
+        yield Broker(store, {}, AskDefaults({}, {}), state_dir=state_dir, policy=policy_from_config(config))
     except sqlite3.Error as exc:
         raise CliError(storage_error(exc, path)) from None
     except StoreError as exc:
@@ -271,6 +273,7 @@ def resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
     import getpass
 
     from hitl_mcp.broker import NotFound, ReplyInvalid
+    from hitl_mcp.core.escalation import TERMINAL_CHANNEL
     from hitl_mcp.core.models import Reply
 
     config, _ = config_and_state(args)
@@ -282,12 +285,18 @@ def resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
     async def go() -> int:
         async with open_broker(args) as broker:
             request_id = await find_one(broker, args.id)
-            reply = Reply(channel="cli", responder=f"{getpass.getuser()} (terminal)", **reply_fields)
+            user = getpass.getuser()  # the OS user: a person's answer when people: names it (terminal:)
+            reply = Reply(
+                channel=TERMINAL_CHANNEL, responder=f"{user} (terminal)", identity=user, **reply_fields
+            )
             try:
                 result = await broker.resolve(request_id, reply)
             except (ReplyInvalid, NotFound) as exc:  # may quote the agent's choices
                 print(f"hitl-mcp: {one_line(exc)}", file=sys.stderr)
                 return 1
+            if result.counted:  # a quorum's vote: the request waits for the others
+                print(f"{result.request.id}: vote recorded: {one_line(result.reason)}")
+                return 0
             if not result.won:  # names who answered, as their channel knows them
                 print(f"hitl-mcp: not recorded: {one_line(result.reason)}", file=sys.stderr)
                 return 1

@@ -94,6 +94,9 @@ class Request(BaseModel):
     """The people asked (config ``people``), as the call or the defaults named them."""
     approvals: Quorum | None = None
     """For an approval that needs several people: how many of whom (``of`` filled in at ask time)."""
+    step_up: bool = False
+    """An approval that counts only with a fresh passkey assertion in the inbox (set at ask time from
+    ``defaults.request_approval.step_up``); a denial needs none."""
     idempotency_key: str | None = None
     session_key: str | None = None
     client_name: str | None = None
@@ -161,18 +164,26 @@ class Reply(BaseModel):
 
     channel: str
     responder: str
+    """Who answered, as people read it ("@olive (U042)", "Olive <olive@example.com>"): display text."""
+    identity: str | None = None
+    """The identity the channel verified, as ``people:`` holds it: a Slack or Telegram user id, an
+    E.164 number, a mail address, a webhook's responder, the OS user at the terminal, the person
+    signed in to the inbox. The broker credits the reply by this alone; None credits no one."""
     text: str | None = None
     choice: str | None = None
     decision: Decision | None = None
     comment: str | None = None
     person: str | None = None
-    """The person (config ``people``) this channel identity belongs to: set by the broker, not channels."""
+    """The person (config ``people``) the identity belongs to: set by the broker, not channels."""
     on_behalf_of: str | None = None
     """The person asked whom ``person`` answers for as their delegate: set by the broker."""
     payload_sha256: str | None = None
     """The payload hash of the request as it was read when the reply came: set by the broker."""
     preview_sha256: str | None = None
     """Likewise, the preview's hash: an approval covers both."""
+    proof: dict[str, Any] | None = None
+    """A step-up's passkey assertion, checked by the inbox before it hands the reply over (kept with the
+    reply, to be verified offline: ``web/stepup.py``)."""
     remember: bool | None = None
     """An "Approve & remember" button: once this approval wins, the broker keeps the default rule for
     it (``rules.exactly``: this agent, this tool, these exact arguments, 24 h); never for high risk."""

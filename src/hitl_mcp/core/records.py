@@ -74,6 +74,8 @@ class ReplyRow:
     on_behalf_of: str | None = None
     payload_sha256: str | None = None
     preview_sha256: str | None = None
+    proof: dict[str, Any] | None = None
+    """What the reply proved beyond its channel: a step-up's passkey assertion (``people.md``)."""
 
 
 @dataclass(frozen=True)

@@ -188,12 +188,24 @@ class Store(Protocol):
         before it; how many entries went."""
         ...
 
-    async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
-        """Keep an inbox session by the hash of its id; drop the one it ``replaces`` and expired ones."""
+    async def add_session(
+        self, digest: str, expires_at: float, replaces: str | None = None, person: str | None = None
+    ) -> None:
+        """Keep an inbox session by the hash of its id (a ``person``'s, or the operator's); drop the one
+        it ``replaces`` and expired ones."""
         ...
 
     async def session_alive(self, digest: str) -> bool:
         """Whether the session with this hash exists and has not expired."""
+        ...
+
+    async def session_holder(self, digest: str) -> str | None:
+        """Whose live session this is: the person's name, "" for the operator's, None for no session."""
+        ...
+
+    async def count_signature(self, digest: str, count: int) -> bool:
+        """Keep a passkey's sign count (the passkey's credential digest), in one conditional write:
+        true only when it went up (or stays 0, for authenticators that keep no count)."""
         ...
 
     async def end_sessions(self, digest: str | None = None) -> int:

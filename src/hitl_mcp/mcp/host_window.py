@@ -39,8 +39,10 @@ def render_form(broker: Broker, request: Request, channel: str) -> elicitation.F
     """The form; it offers Approve only for a risk the form may approve (``may_approve``) and a
     preview its message shows whole (the kit's ``approve_here``)."""
     others = [n for n in request.channels if n != channel]
+    # approvable here unless the preview does not fit the form, or it is a step-up's (a passkey's,
+    # in the inbox: the host's form may only deny it)
     form = broker.channels[channel]
     can_approve = request.kind != Kind.APPROVAL or (
-        form.may_approve(request.risk) and approve_here(form, request) is None
+        not request.step_up and form.may_approve(request.risk) and approve_here(form, request) is None
     )
     return elicitation.render(request, others, can_approve, shown(form, request))

@@ -696,8 +696,8 @@ class PostgresStore:
     ) -> None:
         await tx.conn.execute(
             "INSERT INTO replies (request_id, channel, responder, text, choice, decision, comment,"
-            " received_at, won, reason, person, on_behalf_of, payload_sha256, preview_sha256)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+            " received_at, won, reason, person, on_behalf_of, payload_sha256, preview_sha256, proof)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
             request_id,
             reply.channel,
             reply.responder,
@@ -712,6 +712,7 @@ class PostgresStore:
             reply.on_behalf_of,
             reply.payload_sha256,
             reply.preview_sha256,
+            None if reply.proof is None else json.dumps(reply.proof),
         )
 
     async def close_request(
@@ -1086,7 +1087,9 @@ class PostgresStore:
 
     # --- inbox sessions ----------------------------------------------------------------------
 
-    async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
+    async def add_session(
+        self, digest: str, expires_at: float, replaces: str | None = None, person: str | None = None
+    ) -> None:
         at = now()
 
         async def work(tx: _Tx) -> None:
@@ -1094,23 +1097,44 @@ class PostgresStore:
                 "DELETE FROM web_sessions WHERE expires_at <= $1 OR digest = $2", at, replaces
             )
             await tx.conn.execute(
-                "INSERT INTO web_sessions (digest, created_at, expires_at) VALUES ($1, $2, $3)"
+                "INSERT INTO web_sessions (digest, created_at, expires_at, person) VALUES ($1, $2, $3, $4)"
                 " ON CONFLICT (digest) DO UPDATE SET expires_at = excluded.expires_at",
                 digest,
                 at,
                 expires_at,
+                person,
             )
 
         await self._write(work, chain=False)
 
     async def session_alive(self, digest: str) -> bool:
+        return await self.session_holder(digest) is not None
+
+    async def session_holder(self, digest: str) -> str | None:
+        at = now()
+
+        async def work(conn: Conn) -> str | None:
+            row = await conn.fetchrow(
+                "SELECT person FROM web_sessions WHERE digest = $1 AND expires_at > $2", digest, at
+            )
+            return None if row is None else row["person"] or ""
+
+        return await self._unit(work)
+
+    async def count_signature(self, digest: str, count: int) -> bool:
         at = now()
 
         async def work(conn: Conn) -> bool:
-            found = await conn.fetchval(
-                "SELECT 1 FROM web_sessions WHERE digest = $1 AND expires_at > $2", digest, at
+            done = await conn.fetchval(
+                "INSERT INTO sign_counts (digest, count, used_at) VALUES ($1, $2, $3)"
+                " ON CONFLICT (digest) DO UPDATE SET count = excluded.count, used_at = excluded.used_at"
+                " WHERE excluded.count > sign_counts.count OR (excluded.count = 0 AND sign_counts.count = 0)"
+                " RETURNING 1",
+                digest,
+                count,
+                at,
             )
-            return found is not None
+            return done is not None
 
         return await self._unit(work)
 

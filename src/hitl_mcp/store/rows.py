@@ -50,6 +50,7 @@ BODY_FIELDS = (
     "client_name",
     "to",
     "approvals",
+    "step_up",
 )
 
 
@@ -131,7 +132,8 @@ def step(row: Row) -> StepRow:
 
 
 def reply(row: Row) -> ReplyRow:
-    return _from_row(ReplyRow, row, won=_flag(row["won"]))
+    proof = row["proof"]
+    return _from_row(ReplyRow, row, won=_flag(row["won"]), proof=None if proof is None else json.loads(proof))
 
 
 def rule(row: Row) -> RuleRow:

@@ -258,6 +258,18 @@ MIGRATIONS: list[str] = [
     ALTER TABLE requests ADD COLUMN preview TEXT;
     ALTER TABLE requests ADD COLUMN preview_sha256 TEXT;
     ALTER TABLE replies ADD COLUMN preview_sha256 TEXT;
+    # 13: people sign in to the inbox as themselves (people.md): a session may belong to a person;
+    # each passkey's last sign count, raised by one conditional write so that an assertion whose count
+    # does not go up (a cloned authenticator, a replay) is refused; and on each reply the proof it
+    # came with (a step-up's passkey assertion, JSON), kept to be verified offline
+    """
+    ALTER TABLE web_sessions ADD COLUMN person TEXT;
+    CREATE TABLE sign_counts (
+        digest TEXT PRIMARY KEY,
+        count INTEGER NOT NULL,
+        used_at REAL NOT NULL
+    );
+    ALTER TABLE replies ADD COLUMN proof TEXT;
     """,
 ]
 
@@ -701,8 +713,8 @@ class SqliteStore:
     ) -> None:
         db.execute(
             "INSERT INTO replies (request_id, channel, responder, text, choice, decision, comment,"
-            " received_at, won, reason, person, on_behalf_of, payload_sha256, preview_sha256)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " received_at, won, reason, person, on_behalf_of, payload_sha256, preview_sha256, proof)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 request_id,
                 reply.channel,
@@ -718,6 +730,7 @@ class SqliteStore:
                 reply.on_behalf_of,
                 reply.payload_sha256,
                 reply.preview_sha256,
+                None if reply.proof is None else json.dumps(reply.proof),
             ),
         )
 
@@ -1084,27 +1097,50 @@ class SqliteStore:
 
     # --- inbox sessions ----------------------------------------------------------------------
 
-    async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
+    async def add_session(
+        self, digest: str, expires_at: float, replaces: str | None = None, person: str | None = None
+    ) -> None:
         at = now()
 
         def work(db: sqlite3.Connection) -> Any:
             with _transaction(db):
                 db.execute("DELETE FROM web_sessions WHERE expires_at <= ? OR digest = ?", (at, replaces))
                 db.execute(
-                    "INSERT INTO web_sessions (digest, created_at, expires_at) VALUES (?, ?, ?)",
-                    (digest, at, expires_at),
+                    "INSERT INTO web_sessions (digest, created_at, expires_at, person) VALUES (?, ?, ?, ?)",
+                    (digest, at, expires_at, person),
                 )
 
         return await self._run(work)
 
     async def session_alive(self, digest: str) -> bool:
+        return await self.session_holder(digest) is not None
+
+    async def session_holder(self, digest: str) -> str | None:
         at = now()
 
         def work(db: sqlite3.Connection) -> Any:
             row = db.execute(
-                "SELECT 1 FROM web_sessions WHERE digest = ? AND expires_at > ?", (digest, at)
+                "SELECT person FROM web_sessions WHERE digest = ? AND expires_at > ?", (digest, at)
             ).fetchone()
-            return row is not None
+            return None if row is None else row["person"] or ""
+
+        return await self._run(work)
+
+    async def count_signature(self, digest: str, count: int) -> bool:
+        at = now()
+
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                return (
+                    db.execute(
+                        "INSERT INTO sign_counts (digest, count, used_at) VALUES (?, ?, ?)"
+                        " ON CONFLICT (digest) DO UPDATE SET count = excluded.count,"
+                        " used_at = excluded.used_at WHERE excluded.count > sign_counts.count"
+                        " OR (excluded.count = 0 AND sign_counts.count = 0)",
+                        (digest, count, at),
+                    ).rowcount
+                    == 1
+                )
 
         return await self._run(work)
 

@@ -14,7 +14,9 @@ loopback; ``limits.py`` and ``deadline.py`` bounds on bodies and on slow request
 external provider's tokens, the built-in authorization server and its consent page).
 """
 
-WEB_RESPONDER = "web inbox user"
+#: how the inbox names the operator (the web token) as a responder and an actor; people are named
+#: by their own names (web/people.py)
+WEB_RESPONDER = "operator"
 
 #: the longest value each reply field may have, in characters (the JSON API and the forms alike)
 REPLY_FIELDS = {"text": 8000, "choice": 200, "decision": 10, "comment": 4000}

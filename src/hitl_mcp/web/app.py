@@ -22,7 +22,7 @@ from hitl_mcp.broker import Broker
 from hitl_mcp.channels import channel_module
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.kit.net import is_loopback
-from hitl_mcp.web import api, batch, events, pages, pwa, rules, signin
+from hitl_mcp.web import api, batch, events, pages, people, pwa, rules, signin, stepup
 from hitl_mcp.web.auth import WebAuth
 from hitl_mcp.web.credentials import Credentials
 from hitl_mcp.web.deps import Web, page_context
@@ -74,8 +74,8 @@ def build_app(
 
     public_url = config.server.public_url
     routes: list[BaseRoute] = [Route("/healthz", api.healthz, methods=["GET"])]
-    routes += api.routes + signin.routes + pages.routes + pwa.routes + events.routes
-    routes += rules.routes + batch.routes
+    routes += api.routes + signin.routes + people.routes + pages.routes + pwa.routes + events.routes
+    routes += rules.routes + batch.routes + stepup.routes
     routes += channel_routes(config, get_broker)
     lifespan = None
     # on loopback, HostCheck (below) checks Host and Origin for every route, MCP's included, with
@@ -99,7 +99,14 @@ def build_app(
         inner = mcp.sse_app(host=host, transport_security=security)
         routes += _guarded(inner.routes, credentials)
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Problem: render_problem})
-    app.state.web = Web(get_broker, Sessions(auth, get_broker, public_url), web_channel, RequestLinks(auth))
+    inbox = next((ch for ch in config.channels.values() if ch.type == "web"), None)
+    app.state.web = Web(
+        get_broker,
+        Sessions(auth, get_broker, public_url),
+        web_channel,
+        RequestLinks(auth),
+        operator_answers=getattr(inbox, "operator_answers", "all"),
+    )
     app.state.oauth = oauth
     app.add_middleware(BodyLimit, max_bytes=config.server.http.max_body_bytes)
     if is_loopback(host):  # added last: it runs first

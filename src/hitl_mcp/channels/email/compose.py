@@ -15,6 +15,7 @@ from hitl_mcp.channels.email.config import Config, _address
 from hitl_mcp.channels.fitting import INBOX_ACTION, Room, approve_here, shown
 from hitl_mcp.core.models import Kind, Request, now
 from hitl_mcp.core.previews import Shown
+from hitl_mcp.core.wording import STEP_UP_HINT
 from hitl_mcp.kit.signing import Signer, b64url, unb64url
 
 #: how much of a preview a mail shows whole
@@ -111,7 +112,9 @@ class _Composing(BaseChannel):
             expires = request.expires_at or now() + 30 * 86400
         answers: list[tuple[str, str]] = []
         inbox: list[tuple[str, str]] = []
-        if request.kind == Kind.APPROVAL and approve_here(self, request) is not None:
+        if request.kind == Kind.APPROVAL and request.step_up:  # approving needs a passkey, in the inbox
+            answers = [("Deny", "deny")]
+        elif request.kind == Kind.APPROVAL and approve_here(self, request) is not None:
             answers = [("Deny", "deny")]  # approved in the inbox, below the whole preview
             inbox = [(INBOX_ACTION, f"{self.public_url}/requests/{request.id}")]
         elif request.kind == Kind.APPROVAL:
@@ -131,7 +134,12 @@ class _Composing(BaseChannel):
         if _address(recipient) not in self.allowed:
             return ["You receive this for your information; answers are taken only from the people asked."]
         lines: list[str] = []
-        if self.config.imap is not None:
+        if request.kind == Kind.APPROVAL and request.step_up:
+            inbox = f": {self.public_url}/requests/{request.id}" if self.public_url else ""
+            lines.append(f"{STEP_UP_HINT}{inbox}")
+            if self.config.imap is not None:
+                lines.append("To deny, reply to this mail with DENY on the first line.")
+        elif self.config.imap is not None:
             if request.kind == Kind.APPROVAL and approve_here(self, request) is not None:
                 lines.append("The preview is too long for a mail: approve it in the hitl-mcp inbox.")
                 lines.append("To deny it, reply to this mail with DENY on the first line.")

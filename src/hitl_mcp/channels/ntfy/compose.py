@@ -10,7 +10,7 @@ from typing import Any, TypedDict
 from hitl_mcp.channels.ntfy.config import LABEL_LIMIT, MAX_ACTIONS, MESSAGE_LIMIT, TITLE_LIMIT, Config
 from hitl_mcp.core.models import Decision, Kind, Request, Status
 from hitl_mcp.core.previews import Shown
-from hitl_mcp.core.wording import expired, verdict
+from hitl_mcp.core.wording import STEP_UP_HINT, expired, verdict
 
 _LEVEL_TAGS = {
     "info": "information_source",
@@ -32,6 +32,8 @@ class Button:
 def buttons(request: Request, approve: bool = True) -> list[Button]:
     """The answers offered as buttons; none for free text, or for more choices than ntfy shows.
     ``approve``: whether Approve is offered here (``fitting.approve_here``); if not, Deny alone."""
+    if request.kind == Kind.APPROVAL and request.step_up:  # approved only with a passkey, in the inbox
+        return [Button("Deny", "deny")]
     if request.kind == Kind.APPROVAL:
         return [Button("Approve", "approve"), Button("Deny", "deny")] if approve else [Button("Deny", "deny")]
     if request.kind == Kind.QUESTION and request.choices and len(request.choices) <= MAX_ACTIONS:
@@ -48,7 +50,7 @@ class ReplyFields(TypedDict, total=False):
 
 def answer_of(request: Request, code: str) -> ReplyFields | None:
     """The reply fields a button's code stands for, or None when it does not fit the request."""
-    if request.kind == Kind.APPROVAL and code == "approve":
+    if request.kind == Kind.APPROVAL and code == "approve" and not request.step_up:
         return {"decision": "approve"}
     if request.kind == Kind.APPROVAL and code == "deny":
         return {"decision": "deny"}
@@ -131,6 +133,8 @@ def _preview(shown: Shown) -> str:
 
 def _how_to_answer(request: Request, public_url: str | None) -> list[str]:
     where = "in the hitl-mcp inbox (tap this notification)" if public_url else "in the hitl-mcp inbox"
+    if request.kind == Kind.APPROVAL and request.step_up:
+        return [STEP_UP_HINT]
     if request.kind != Kind.QUESTION:
         return []
     if request.choices and len(request.choices) > MAX_ACTIONS:

@@ -13,7 +13,7 @@ from hitl_mcp.channels.fitting import INBOX_ACTION, Room, approve_here, shown
 from hitl_mcp.channels.slack.config import _RESPONDER, _USER_ID, BUTTON_LIMIT, HEADER_LIMIT, SECTION_LIMIT
 from hitl_mcp.core.models import Decision, Kind, Request, Status
 from hitl_mcp.core.previews import Shown
-from hitl_mcp.core.wording import expired, verdict
+from hitl_mcp.core.wording import STEP_UP_BUTTON, STEP_UP_HINT, expired, verdict
 
 #: how much of a preview a message shows: code sections of 3,000 characters each (escaped), as many
 #: as it takes, within Slack's 50 blocks
@@ -65,6 +65,12 @@ def render(
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _context(request)}]})
     if outcome is not None:
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": outcome}})
+    elif request.kind == Kind.APPROVAL and request.step_up:  # a passkey in the inbox, never a plain Approve
+        elements = [_button("Deny", "deny", "deny", "danger")]
+        if inbox:
+            elements.insert(0, {**_button(STEP_UP_BUTTON, "open_inbox", "open_inbox"), "url": inbox})
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": STEP_UP_HINT}]})
+        blocks.append({"type": "actions", "block_id": f"hitl:{rid}:decision", "elements": elements})
     elif request.kind == Kind.APPROVAL and not approve:  # the preview is not shown whole: no Approve here
         elements = [_button("Deny", "deny", "deny", "danger")]
         if inbox:

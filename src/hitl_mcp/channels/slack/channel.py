@@ -392,7 +392,9 @@ class SlackChannel(BaseChannel):
             await self.ignore(request_id, who, reason)
             await self._tell(where, user_id, "You are not allowed to answer this request.", thread)
             return
-        outcome = await self.answer(request_id, Reply(channel=self.name, responder=who, **fields))
+        outcome = await self.answer(
+            request_id, Reply(channel=self.name, responder=who, identity=user_id, **fields)
+        )
         # the message itself shows the outcome once it is settled; a quorum's vote is told at once
         if not isinstance(outcome, Answered) or isinstance(outcome, Counted):
             await self._tell(where, user_id, outcome.words, thread)

@@ -289,7 +289,9 @@ class TelegramInbound(BaseChannel):
             await self.ignore(request_id, who, f"a button that does not fit the request ({action})")
             await self._toast(query, "This button does not fit the request.")
             return
-        outcome = await self.answer(request_id, Reply(channel=self.name, responder=who, **fields))
+        outcome = await self.answer(
+            request_id, Reply(channel=self.name, responder=who, identity=str(user.id), **fields)
+        )
         await self._toast(query, outcome.words)
 
     async def _on_message(self, message: Any) -> None:
@@ -324,7 +326,9 @@ class TelegramInbound(BaseChannel):
             return
         choice = choice_by_number(text, request.choices)
         fields = {"choice": choice} if choice is not None else {"text": text}
-        outcome = await self.answer(request.id, Reply(channel=self.name, responder=who, **fields))
+        outcome = await self.answer(
+            request.id, Reply(channel=self.name, responder=who, identity=str(user.id), **fields)
+        )
         await self._say(chat, outcome.words, message)
 
     # --- small calls, best effort ------------------------------------------------------------------

@@ -14,7 +14,7 @@ from hitl_mcp.channels.fitting import INBOX_ACTION, Room
 from hitl_mcp.channels.telegram.config import BUTTON_LIMIT, CALLBACK_DATA_LIMIT, MESSAGE_LIMIT
 from hitl_mcp.core.models import Kind, Request, Status
 from hitl_mcp.core.previews import Shown
-from hitl_mcp.core.wording import expired, still_waiting, verdict
+from hitl_mcp.core.wording import STEP_UP_HINT, expired, still_waiting, verdict
 from hitl_mcp.kit.signing import Signer
 
 #: a row of inline buttons: (label, callback_data)
@@ -84,6 +84,8 @@ def keyboard(
                 [("⚠️ Yes, approve", tokens.data(rid, CONFIRM))],
                 [("↩️ Back", tokens.data(rid, BACK))],
             ]
+        if request.step_up:  # approved only with a passkey in the inbox (the message links to it)
+            return [[("⛔ Deny", tokens.data(rid, DENY))]]
         rows = [[("✅ Approve", tokens.data(rid, APPROVE)), ("⛔ Deny", tokens.data(rid, DENY))]]
         if request.risk != "high":  # a rule made by one tap never approves high risk
             rows.append([("🔁 Approve & remember 24 h", tokens.data(rid, REMEMBER))])
@@ -222,6 +224,8 @@ def _footer(request: Request) -> str:
 
 
 def _hint(request: Request) -> str | None:
+    if request.kind == Kind.APPROVAL and request.step_up:
+        return STEP_UP_HINT
     if request.kind == Kind.APPROVAL:
         return "Approving a high-risk action asks you to confirm." if request.risk == "high" else None
     if request.kind != Kind.QUESTION:

@@ -205,10 +205,12 @@ class SmsInbound(BaseChannel):
         match await self.answer(request.id, reply):
             case Answered(answered):
                 return f"Got it: {_what(answered)}, {code}"
-            case Late(closed):
-                return _settled_text(closed, code)
-            case Invalid() as invalid if reply.decision == "approve" and approve_here(self, request):
-                return invalid.words  # the preview is approved in the inbox
+            case Late(closed) as late:  # a quorum's vote refused (already voted) leaves it open
+                return late.words if closed.is_open else _settled_text(closed, code)
+            case Invalid() as invalid if reply.decision == "approve" and (
+                request.step_up or approve_here(self, request)
+            ):
+                return invalid.words  # a step-up's or a long preview's approval is the inbox's
             case Invalid():
                 await self._unclear(request.id, number, sid, "not understood")
                 return f"Didn't get that. {instructions(request, code, short=True)}"

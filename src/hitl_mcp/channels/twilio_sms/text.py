@@ -66,6 +66,10 @@ def _cut(text: str, room: int) -> tuple[str, bool]:
 def instructions(request: Request, code: str, *, short: bool = False, approve: bool = True) -> str:
     """How to answer, with the code: "Reply YES 4821 or NO 4821", "Reply 1 4821 for staging, ...".
     ``approve``: whether it may be approved by text (``fitting.approve_here``); if not, NO only."""
+    if request.kind == Kind.APPROVAL and request.step_up:  # approving needs a passkey: the inbox
+        return f"Reply NO {code} to deny; approve it in the hitl-mcp inbox with your passkey" + (
+            "" if short else "."
+        )
     if request.kind == Kind.APPROVAL and not approve:
         return f"Reply NO {code} to deny; approve it in the hitl-mcp inbox" + ("" if short else ".")
     if request.kind == Kind.APPROVAL:
@@ -146,16 +150,16 @@ def _parse(request: Request, words: list[str], channel: str, number: str) -> Rep
         decision = decision_of(first)
         if decision is None:
             return None
-        return Reply(channel=channel, responder=number, decision=decision, comment=comment)
+        return Reply(channel=channel, responder=number, identity=number, decision=decision, comment=comment)
     if request.kind != Kind.QUESTION:
         return None
     if request.choices and first.isdigit():
         choice = choice_by_number(first, request.choices)
         if choice is not None:
-            return Reply(channel=channel, responder=number, choice=choice, comment=comment)
+            return Reply(channel=channel, responder=number, identity=number, choice=choice, comment=comment)
         if not request.allow_free_text:
             return None
-    return Reply(channel=channel, responder=number, text=" ".join(words))
+    return Reply(channel=channel, responder=number, identity=number, text=" ".join(words))
 
 
 def _help(mine: list[tuple[Request, Delivery]]) -> str:
