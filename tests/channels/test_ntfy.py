@@ -32,7 +32,6 @@ from hitl_mcp.core.delegation import Delegation
 from hitl_mcp.core.models import Kind, Reply, Request, Status, now
 from hitl_mcp.core.retry import RetryPolicy
 from hitl_mcp.core.store import Engine
-from mcp import Client
 from tests.conftest import PYTHON, ROOT, TOKEN, Heard, make_config, running, server_env
 from tests.support.agent import approval_while
 from tests.support.events import until

@@ -27,7 +27,6 @@ from hitl_mcp.config import ConfigError, parse_config
 from hitl_mcp.core.models import Kind, Request, Status
 from hitl_mcp.core.results import next_step
 from hitl_mcp.core.store import Engine
-from mcp import Client
 from tests.conftest import PYTHON, ROOT, TOKEN, api_client, make_config, running
 from tests.support.agent import approval_while
 from tests.support.events import until

@@ -30,7 +30,6 @@ from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.config import ConfigError, parse_config
 from hitl_mcp.core.models import Kind, Request, Status
 from hitl_mcp.core.store import Engine
-from mcp import Client
 from tests.conftest import api_client, cli, make_config, running
 from tests.support.agent import approval_while
 from tests.support.harness import channel_broker, sent_row, watching

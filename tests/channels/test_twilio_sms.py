@@ -37,7 +37,6 @@ from hitl_mcp.channels.twilio_sms import (
 from hitl_mcp.config import ConfigError, effective_config, load_config, parse_config
 from hitl_mcp.core.models import Kind, Reply, Request, Status, now
 from hitl_mcp.core.store import Engine
-from mcp import Client
 from tests.conftest import ROOT, make_config, running
 from tests.support.events import until
 from tests.support.harness import channel_broker, watching

@@ -39,7 +39,6 @@ from hitl_mcp.core.escalation import Policy
 from hitl_mcp.core.models import Kind, Request, Status
 from hitl_mcp.core.quorum import Quorum
 from hitl_mcp.core.store import Engine
-from mcp import Client
 from tests.conftest import PYTHON, TOKEN, api_client, make_config, running
 from tests.support.agent import approval_while
 from tests.support.events import Changes, until

@@ -17,7 +17,6 @@ from hitl_mcp.broker import AskSpec
 from hitl_mcp.config import load_config
 from hitl_mcp.core.models import Kind, canonical_json
 from hitl_mcp.core.quorum import Quorum
-from mcp import Client
 from tests.conftest import cli, free_port, running, sc, write_config
 
 pytestmark = pytest.mark.anyio

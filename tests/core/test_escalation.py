@@ -275,8 +275,7 @@ async def test_the_default_reminder_sends_again_saying_still_waiting() -> None:
 async def test_the_tools_take_people_and_the_config_s_ladder(state_dir: Path) -> None:
     from mcp import Client
 
-    from hitl_mcp.web import WEB_RESPONDER
-    from tests.conftest import api_client, make_config, running, sc
+    from tests.conftest import make_config, running, sc
     from tests.web.test_inbox_pages import browser_like
 
     extra = """

@@ -8,7 +8,8 @@ import pytest
 
 from hitl_mcp.config import ConfigError
 from hitl_mcp.gate.hints import ToolHints, hints_of
-from hitl_mcp.gate.policy import describe, load_policy, lookup, parse_policy
+from hitl_mcp.gate.paths import lookup
+from hitl_mcp.gate.policy import describe, load_policy, parse_policy
 
 POLICY = """
 default: ask

@@ -40,7 +40,7 @@ from hitl_mcp.core.models import (
     now,
     payload_sha256,
 )
-from hitl_mcp.core.outcomes import STEP_UP_NEEDED, check_reply, expiry_outcome, proved
+from hitl_mcp.core.outcomes import check_reply, expiry_outcome
 from hitl_mcp.core.previews import preview_sha256
 from hitl_mcp.core.store import Engine, History, KeyConflict, Store
 from hitl_mcp.core.wording import already
@@ -331,11 +331,8 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         request = await self.get_or_raise(request_id)
         outcome = check_reply(request, reply) if request.status == Status.PENDING else {}
         refuse_unseen(self.channels, request, reply)  # approved only where the preview was shown whole
-        if outcome and request.step_up and reply.decision == "approve" and not proved(request, reply):
-            raise ReplyInvalid(STEP_UP_NEEDED)
-        # credited to the person whose verified identity this is (never by the display text); the
-        # responder stays the actor. The payload and preview hashes are the ones shown: an approval
-        # (and a quorum's vote) counts only for those it holds
+        # credited to the verified identity's person (never the display text; the responder stays the
+        # actor); an approval or a quorum's vote counts only for the payload and preview hashes shown
         policy = await self.policy_now()
         person = policy.person_of(reply.channel, reply.identity)
         credit = {"person": person, "on_behalf_of": policy.on_behalf_of(person, request)}

@@ -14,13 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from hitl_mcp.core.models import Kind, Request
 from hitl_mcp.core.previews import Shown, fit
-
-if TYPE_CHECKING:
-    from hitl_mcp.channels.base import Channel
 
 __all__ = ["INBOX_ACTION", "Room", "approve_here", "measure", "shown"]
 
@@ -42,6 +39,14 @@ class Room:
         return measure(self.escape(text) if self.escape else text, self.unit)
 
 
+class Shows(Protocol):
+    """What the rule needs of a channel (``base.Channel`` has both)."""
+
+    name: str
+
+    def preview_room(self) -> Room | None: ...
+
+
 def measure(text: str, unit: Unit) -> int:
     if unit == "utf16":
         return len(text.encode("utf-16-le")) // 2
@@ -50,7 +55,7 @@ def measure(text: str, unit: Unit) -> int:
     return len(text)
 
 
-def shown(channel: Channel, request: Request) -> Shown | None:
+def shown(channel: Shows, request: Request) -> Shown | None:
     """What ``channel`` shows of the request's preview (None: it has none)."""
     if request.preview is None:
         return None
@@ -60,7 +65,7 @@ def shown(channel: Channel, request: Request) -> Shown | None:
     return fit(request.preview, room.size, room.measure)
 
 
-def approve_here(channel: Channel, request: Request) -> str | None:
+def approve_here(channel: Shows, request: Request) -> str | None:
     """None when an approval of ``request`` may be offered and given on ``channel``; else why not,
     for the person: the preview does not fit there, so it is approved in the inbox, below the
     whole preview."""

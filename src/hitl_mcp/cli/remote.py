@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from hitl_mcp.cli.requests import no_match
 from hitl_mcp.config import Config, resolve_http_port, resolve_state_dir
 from hitl_mcp.kit import listening
 from hitl_mcp.kit.net import browser_url
@@ -31,6 +30,13 @@ TIMEOUT = 30.0
 
 class RemoteError(Exception):
     """One line for the person at the terminal."""
+
+
+def no_match(prefix: str) -> str:
+    """No request has this id, nor starts with it (a start counts from 4 characters)."""
+    if len(prefix) < 4:
+        return f"no request has the id {prefix!r}: give the whole id, or its first 4 characters or more"
+    return f"no request matches {prefix!r} (see: hitl-mcp pending)"
 
 
 def server_url(config: Config, given: str | None, state_dir: Path | None = None) -> str:

@@ -259,14 +259,9 @@ async def find_one(broker: Broker, prefix: str) -> str:
         return found[0]
     if found:
         raise CliError(f"{prefix!r} is the start of more than one request id; give more of it")
+    from hitl_mcp.cli.remote import no_match
+
     raise CliError(no_match(prefix))
-
-
-def no_match(prefix: str) -> str:
-    """No request has this id, nor starts with it (a start counts from 4 characters)."""
-    if len(prefix) < 4:
-        return f"no request has the id {prefix!r}: give the whole id, or its first 4 characters or more"
-    return f"no request matches {prefix!r} (see: hitl-mcp pending)"
 
 
 def resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:

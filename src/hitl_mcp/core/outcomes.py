@@ -46,6 +46,8 @@ def check_reply(request: Request, reply: Reply) -> dict[str, Any]:
             raise ReplyInvalid("an approval takes a decision (approve or deny) and an optional comment")
         if reply.decision not in ("approve", "deny"):
             raise ReplyInvalid("an approval needs a decision: approve or deny")
+        if reply.decision == "approve" and request.step_up and not proved(request, reply):
+            raise ReplyInvalid(STEP_UP_NEEDED)
         return {"approved": reply.decision == "approve", "comment": comment}
     if request.kind != Kind.QUESTION:
         raise ReplyInvalid("a notification takes no reply")

@@ -111,6 +111,8 @@ def trail_data(data: dict[str, Any]) -> dict[str, Any]:
 
 def _seconds(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 #: what a channel that cannot do a passkey says of an approval that needs one (a step-up), beside Deny
 STEP_UP_HINT = "Approving this needs your passkey: approve it in the hitl-mcp inbox. Deny works here."
 STEP_UP_BUTTON = "Approve in the inbox (passkey)"

@@ -29,7 +29,7 @@ from hitl_mcp.core.store import StoreError
 
 if TYPE_CHECKING:
     from hitl_mcp.broker import Broker
-    from hitl_mcp.gate.proxy import ProxyServer
+    from hitl_mcp.gate.policy import Policy
 
 #: the channel-state namespace the proxy keeps its claims and open asks in
 STATE = "proxy"
@@ -139,19 +139,25 @@ async def _usable(broker: Broker, request: Request) -> bool:
     return await claim_of(broker, request.id) is None
 
 
-async def sampling_approved(proxy: ProxyServer, params: CreateMessageRequestParams, owner: str) -> str | None:
+async def sampling_approved(
+    broker: Broker,
+    upstream: str,
+    policy: Policy,
+    session_key: str | None,
+    params: CreateMessageRequestParams,
+    owner: str,
+) -> str | None:
     """``sampling: ask``: a person approves the upstream's use of the host's model, for the call
     (``owner``'s) it came during. None: approved; else why not."""
-    broker = await proxy.get_broker()
     spec = AskSpec(
         kind=Kind.APPROVAL,
-        text=f"Let {proxy.upstream.name} use the host's model",
+        text=f"Let {upstream} use the host's model",
         details="The upstream asks the agent's host to generate a message (MCP sampling), through "
         "hitl-mcp proxy. The payload is its request.",
         payload={"sampling": params.model_dump(by_alias=True, mode="json", exclude_none=True)},
-        risk=proxy.policy.risk,
-        channels=proxy.policy.channels,
-        session_key=proxy.session_key,
+        risk=policy.risk,
+        channels=policy.channels,
+        session_key=session_key,
         owner=owner,
         forms=False,
     )

@@ -51,6 +51,7 @@ from hitl_mcp.config.source import MAX_BYTES, _read_yaml
 from hitl_mcp.config.validation import convert as _convert
 from hitl_mcp.core.quorum import Quorum
 from hitl_mcp.gate.hints import HintName, ToolHints, stricter
+from hitl_mcp.gate.paths import lookup, split_path
 from hitl_mcp.gate.previews import PreviewRule
 
 Action = Literal["allow", "ask", "deny"]
@@ -71,7 +72,6 @@ TOP_KEYS = (
 MAX_DESCRIPTION = 4000
 
 _env = ImmutableSandboxedEnvironment(autoescape=False, undefined=jinja2.ChainableUndefined)
-_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
 class Condition(BaseModel):
@@ -85,7 +85,7 @@ class Condition(BaseModel):
     @field_validator("path")
     @classmethod
     def _path(cls, value: str) -> str:
-        if not _split_path(value):
+        if not split_path(value):
             raise ValueError("a path such as command, options.mode or files[0]")
         return value
 
@@ -261,34 +261,6 @@ def describe(template: str | None, tool: str, arguments: dict[str, Any]) -> str:
     return text[:MAX_DESCRIPTION] or plain
 
 
-def _split_path(path: str) -> list[str | int]:
-    text = path[2:] if path.startswith("$.") else path
-    parts: list[str | int] = []
-    pos = 0
-    while pos < len(text):
-        if text[pos] == ".":
-            pos += 1
-        found = _PATH_PART.match(text, pos)
-        if found is None:
-            return []
-        parts.append(found.group(1) if found.group(1) is not None else int(found.group(2)))
-        pos = found.end()
-    return parts
-
-
-def lookup(arguments: Any, path: str) -> tuple[bool, Any]:
-    """The value at ``path`` (``a.b[0].c``, optionally starting ``$.``), and whether it is there."""
-    value = arguments
-    for part in _split_path(path):
-        if isinstance(part, int) and isinstance(value, list) and part < len(value):
-            value = value[part]
-        elif isinstance(part, str) and isinstance(value, dict) and part in value:
-            value = value[part]
-        else:
-            return False, None
-    return True, value
-
-
 def _plain(value: Any) -> str:
     import json
 
@@ -329,4 +301,4 @@ def load_policy(path: str | Path) -> Policy:
     return policy
 
 
-__all__ = ["Decision", "Policy", "Rule", "describe", "load_policy", "lookup", "parse_policy"]
+__all__ = ["Decision", "Policy", "Rule", "describe", "load_policy", "parse_policy"]

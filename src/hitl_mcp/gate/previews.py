@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hitl_mcp.gate.paths import lookup
+
 __all__ = ["PreviewRule", "preview_for"]
 
 #: the largest file a diff is computed from
@@ -88,8 +90,6 @@ def _known(tool: str, a: dict[str, Any], cwd: str | None) -> dict[str, Any] | No
 
 
 def _by_rule(rule: PreviewRule, arguments: dict[str, Any], cwd: str | None) -> dict[str, Any] | None:
-    from hitl_mcp.gate.policy import lookup
-
     found, value = lookup(arguments, rule.argument)
     if not found:
         return None

@@ -32,6 +32,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import (
     CallToolRequestParams,
     CallToolResult,
+    CreateMessageRequestParams,
     GetPromptRequestParams,
     GetPromptResult,
     InputRequiredResult,
@@ -129,8 +130,13 @@ class ProxyServer(MCPServer):
             middleware=[self._remember_host, tasks.core],
         )
         self.relay = Relay(policy, self.forwards, self._subscriptions, self._tools_changed)
-        self.relay.sampling_gate = lambda params, owner: approval.sampling_approved(self, params, owner)
+        self.relay.sampling_gate = self._sampling_approved
         upstream.hooks = self.relay
+
+    async def _sampling_approved(self, params: CreateMessageRequestParams, owner: str) -> str | None:
+        broker = await self.get_broker()
+        name, key = self.upstream.name, self.session_key
+        return await approval.sampling_approved(broker, name, self.policy, key, params, owner)
 
     async def _remember_host(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.request_id is not None and ctx.method != "initialize":

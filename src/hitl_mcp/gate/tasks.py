@@ -19,7 +19,7 @@ restart forgets.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -32,7 +32,20 @@ from hitl_mcp.mcp.tasks.work import After
 
 if TYPE_CHECKING:
     from hitl_mcp.broker import Broker
-    from hitl_mcp.gate.proxy import ProxyServer
+    from hitl_mcp.gate.forward import Forwards
+    from hitl_mcp.gate.upstream import Upstream
+    from hitl_mcp.mcp.settings import Settings
+
+
+class ProxyServer(Protocol):
+    """What the tasks need of the proxy (``gate.proxy.ProxyServer``)."""
+
+    forwards: Forwards
+    upstream: Upstream
+    process: str
+    gate_settings: Settings
+
+    async def forward_approved(self, broker: Broker, request: Request) -> Forward | str | None: ...
 
 #: how long a claim by another process may go without a result before it is taken as lost
 CLAIM_GRACE = 60.0
