@@ -47,6 +47,7 @@ class ProxyServer(Protocol):
 
     async def forward_approved(self, broker: Broker, request: Request) -> Forward | str | None: ...
 
+
 #: how long a claim by another process may go without a result before it is taken as lost
 CLAIM_GRACE = 60.0
 #: how often ``tasks/result`` looks again at a call another proxy process is making
