@@ -21,6 +21,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,8 @@ class PushStandin:
     refused: list[tuple[str, int, str]] = field(default_factory=list)
     answers: dict[str, list[int]] = field(default_factory=dict)
     changes: Changes = field(default_factory=Changes)
+    #: called with each push taken, as soon as it is decrypted (the benches time it)
+    on_receive: Callable[[Received], None] | None = None
 
     def subscribe(self, server_key: str) -> dict[str, Any]:
         sid = secrets.token_urlsafe(12)
@@ -127,7 +130,10 @@ class PushStandin:
             plain = http_ece.decrypt(
                 body, private_key=browser.private_key, auth_secret=browser.auth, version="aes128gcm"
             )
-            self.received.append(Received(sid, dict(http.headers), json.loads(plain), len(body), time.time()))
+            taken = Received(sid, dict(http.headers), json.loads(plain), len(body), time.time())
+            self.received.append(taken)
+            if self.on_receive is not None:
+                self.on_receive(taken)
             return Response(status_code=201, headers={"Location": f"{self.base}/message/{sid}"})
         finally:
             self.changes.fire()
