@@ -286,3 +286,26 @@ async def test_settled_elsewhere_replaces_and_watching_sees_it(tmp_path: Path) -
             await broker.resolve(request.id, Reply(channel="push", responder="x", decision="deny"))
         update = await received(stand, sub, 2)
         assert update["body"].startswith("Denied by x via push.")
+
+
+async def test_a_delegate_is_pushed_what_is_asked_of_the_one_away_and_answers_for_them(
+    tmp_path: Path,
+) -> None:
+    from hitl_mcp.core.delegation import Delegation
+
+    async with pushing(tmp_path) as (broker, channel, stand, inbox):
+        broker.policy = Policy(
+            people={**broker.policy.people, "backup": {"push": "on"}},
+            types=broker.policy.types,
+            delegations=[Delegation.model_validate({"from": "lead", "to": "backup", "until": now() + 3600})],
+        )
+        lead = await device_of(broker, channel, stand, "lead")
+        backup = await device_of(broker, channel, stand, "backup")
+        olive = await device_of(broker, channel, stand, "olive")
+        request = await approval(broker, ["lead"])
+        push = await received(stand, backup)
+        assert (await received(stand, lead))["tag"] == push["tag"]
+        assert stand.to(olive) == []
+        assert (await tap(inbox, push, "approve")).status_code == 200
+        done = await broker.wait(request.id, 10)
+        assert (done.approved, done.person, done.on_behalf_of) == (True, "backup", "lead")

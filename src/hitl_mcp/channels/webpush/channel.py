@@ -24,6 +24,7 @@ from hitl_mcp.core.wording import still_waiting
 
 if TYPE_CHECKING:  # pywebpush is imported when the channel pushes: a config check needs none of it
     from hitl_mcp.channels.webpush.push import Keys
+    from hitl_mcp.core.escalation import Policy
 
 __all__ = ["DeviceHub", "WebPushChannel"]
 
@@ -34,6 +35,8 @@ class DeviceHub(Hub, Protocol):
     async def live_credentials(self, kind: str) -> list[CredentialRow]: ...
 
     async def revoke_credential(self, kind: str, name: str, actor: str) -> bool: ...
+
+    async def policy_now(self) -> Policy: ...
 
 
 class WebPushChannel(Answers):
@@ -123,8 +126,16 @@ class WebPushChannel(Answers):
         count = len(await self.devices()) if hasattr(self.hub, "live_credentials") else 0
         return f"ok: VAPID key {public[:12]}…, {count} device(s) turned on"
 
+    async def asked(self, request: Request) -> set[str]:
+        """The people a request asks, and who stands in for those of them who are away now."""
+        asked = set(asked_of(request))
+        if asked:
+            policy = await self._devices_hub.policy_now()
+            asked |= set(policy.delegated(sorted(asked)).values())
+        return asked
+
     async def deliver(self, request: Request) -> Delivery:
-        devices = recipients(request, await self.devices())
+        devices = recipients(await self.asked(request), await self.devices())
         if not devices:
             asked = ", ".join(asked_of(request)) or "anyone"
             raise DeliveryError(
@@ -228,10 +239,9 @@ def asked_of(request: Request) -> list[str]:
     return list(dict.fromkeys([*(request.to or []), *(request.approvals.of if request.approvals else [])]))
 
 
-def recipients(request: Request, devices: Sequence[Device]) -> list[Device]:
-    """The devices a request goes to: those of the people it asks; asked of no one in particular,
-    every device (the operator's too, which get Open only)."""
-    asked = set(asked_of(request))
+def recipients(asked: set[str], devices: Sequence[Device]) -> list[Device]:
+    """The devices a request goes to: those of the people it asks (and their delegates); asked of no
+    one in particular, every device (the operator's too, which get Open only)."""
     if not asked:
         return list(devices)
     return [d for d in devices if d.person in asked]
