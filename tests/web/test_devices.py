@@ -42,6 +42,7 @@ async def test_a_person_turns_push_on_sees_their_own_devices_and_turns_one_off(s
             ]
             page = await olive.get("/devices")
             assert page.status_code == 200 and "Turn on notifications on this device" in page.text
+            assert 'href="/devices" aria-current="page"' in page.text  # the top bar's link
             assert (
                 f'data-device="{mine[0]["id"]}"' in page.text
                 and "lead" not in page.text.split("devices-list")[1]
@@ -89,3 +90,4 @@ async def test_without_a_webpush_channel_there_is_nothing_to_turn_on(state_dir: 
         assert (await web.get("/webpush/key")).status_code == 404
         page = await web.get("/devices")
         assert page.status_code == 200 and "Web Push is not configured" in page.text
+        assert 'href="/devices"' not in page.text  # no link to it in the top bar

@@ -93,7 +93,6 @@ async def devices_page(http: HttpRequest) -> Response:
     return render(
         "devices.html",
         devices=devices,
-        push_on=_push_channel(broker) is not None,
         **await page_context(http, "devices"),
     )
 
