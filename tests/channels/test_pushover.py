@@ -160,3 +160,13 @@ def test_the_config_keeps_to_pushovers_limits() -> None:
     ):
         with pytest.raises(ValidationError, match=said):
             pushover.Config.model_validate({**good, **bad})
+
+
+async def test_check_validates_the_user_key(tmp_path: Path) -> None:
+    from hitl_mcp.channels.base import DeliveryError
+
+    async with paging(tmp_path) as (_, pager, _chat, stand):
+        assert await pager.check() == "ok: the user key is valid (1 device(s))"
+        stand.user = "v" * 30
+        with pytest.raises(DeliveryError, match="pushover refused: user key is invalid"):
+            await pager.check()

@@ -309,3 +309,16 @@ async def test_a_delegate_is_pushed_what_is_asked_of_the_one_away_and_answers_fo
         assert (await tap(inbox, push, "approve")).status_code == 200
         done = await broker.wait(request.id, 10)
         assert (done.approved, done.person, done.on_behalf_of) == (True, "backup", "lead")
+
+
+async def test_check_says_whether_the_configured_vapid_key_is_usable(tmp_path: Path) -> None:
+    from hitl_mcp.channels.base import DeliveryError
+    from hitl_mcp.kit.signing import b64url
+
+    made = webpush.Channel("push", webpush.Config(type="webpush"), None)  # type: ignore[arg-type]
+    assert "made once in the state directory" in await made.check()
+    good = webpush.Config.model_validate({"type": "webpush", "vapid_private_key": b64url(b"\x01" * 32)})
+    assert (await webpush.Channel("push", good, None).check()).startswith("ok: VAPID public key B")  # type: ignore[arg-type]
+    bad = webpush.Config.model_validate({"type": "webpush", "vapid_private_key": "not-a-key"})
+    with pytest.raises(DeliveryError, match="vapid_private_key is not a P-256 private key"):
+        await webpush.Channel("push", bad, None).check()  # type: ignore[arg-type]

@@ -122,9 +122,21 @@ class WebPushChannel(Answers):
         return Room(PREVIEW_BYTES, "bytes")
 
     async def check(self) -> str:
-        public = self.keys.public_key
-        count = len(await self.devices()) if hasattr(self.hub, "live_credentials") else 0
-        return f"ok: VAPID key {public[:12]}…, {count} device(s) turned on"
+        """The configured VAPID key is usable (``check`` runs with no hub: a key made in the state
+        directory is made at the first start)."""
+        configured = self.config.vapid_private_key
+        if configured is None:
+            return "ok: the VAPID key is made once in the state directory (webpush-vapid.key)"
+        from hitl_mcp.channels.webpush.push import Keys
+
+        try:
+            public = Keys.load(configured.get_secret_value(), self.hub.state_dir if self.hub else None, "x")
+            key = public.public_key
+        except Exception:
+            raise DeliveryError(
+                "webpush: vapid_private_key is not a P-256 private key (URL-safe base64 of 32 bytes, or PEM)"
+            ) from None
+        return f"ok: VAPID public key {key[:16]}…"
 
     async def asked(self, request: Request) -> set[str]:
         """The people a request asks, and who stands in for those of them who are away now."""

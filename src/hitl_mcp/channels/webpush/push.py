@@ -56,11 +56,12 @@ class Keys:
     _jwts: dict[str, tuple[float, str]] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, configured: str | None, state_dir: Path, subject: str) -> Keys:
+    def load(cls, configured: str | None, state_dir: Path | None, subject: str) -> Keys:
         if configured:
             text = configured.strip()
             vapid = Vapid.from_pem(text.encode()) if "BEGIN" in text else Vapid.from_string(text)
         else:
+            assert state_dir is not None
             secret = SecretFile(
                 state_dir, KEY_FILE, make=lambda: b64url(_fresh()), usable=_usable, holds="the VAPID key"
             ).get()
