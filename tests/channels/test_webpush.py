@@ -322,3 +322,19 @@ async def test_check_says_whether_the_configured_vapid_key_is_usable(tmp_path: P
     bad = webpush.Config.model_validate({"type": "webpush", "vapid_private_key": "not-a-key"})
     with pytest.raises(DeliveryError, match="vapid_private_key is not a P-256 private key"):
         await webpush.Channel("push", bad, None).check()  # type: ignore[arg-type]
+
+
+async def test_a_device_that_refuses_for_good_does_not_fail_the_others(tmp_path: Path) -> None:
+    async with pushing(tmp_path) as (broker, channel, stand, _):
+        refusing = await device_of(broker, channel, stand, "olive")
+        fine = await device_of(broker, channel, stand, "olive")
+        stand.answer(refusing, 403)
+        request = await approval(broker, ["olive"])
+        await received(stand, fine)
+        assert (await sent_row(broker, request.id, "push")).status == "sent"
+        alone = await device_of(broker, channel, stand, "lead")
+        stand.answer(alone, 403)
+        second = await approval(broker, ["lead"])
+        row = await sent_row(broker, second.id, "push")
+        assert row.status == "failed" and row.attempts == 1
+        assert row.error == "webpush: 127.0.0.1 refused the push (HTTP 403)"

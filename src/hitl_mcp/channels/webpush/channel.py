@@ -212,11 +212,13 @@ class WebPushChannel(Answers):
     ) -> list[str]:
         """Push to each device not pushed to yet under ``mark`` (a retry after a 429 or 5xx skips
         those that got it); a device the push service no longer knows is removed. Raises the first
-        retryable failure once every device was tried."""
+        retryable failure once every device was tried (the outbox retries); a device that refuses
+        for good is logged and passed over, unless none took it."""
         from hitl_mcp.channels.webpush.push import Gone, send
 
         done: list[str] = list(await self.state.load(mark, []))
         failure: DeliveryError | None = None
+        refused: DeliveryError | None = None
         at = now()
         async with self._http() as client:
             for device in devices:
@@ -237,13 +239,19 @@ class WebPushChannel(Answers):
                     await self.forget(device, f"HTTP {gone.status}: the subscription is gone")
                     continue
                 except DeliveryError as exc:
-                    failure = failure or exc
+                    if exc.permanent:
+                        self.log.warning("%s: device %s of %s: %s", self.name, device.id, device.holder, exc)
+                        refused = refused or exc
+                    else:
+                        failure = failure or exc
                     continue
                 done.append(device.name)
         if done:
             await self.state.save(mark, done)
         if failure is not None:
             raise failure
+        if refused is not None and not done:
+            raise refused
         return done
 
 
