@@ -26,6 +26,7 @@ from hitl_mcp.channels.webpush.compose import WAITING
 from hitl_mcp.channels.webpush.devices import DEVICE, parse_subscription
 from hitl_mcp.core.escalation import Policy
 from hitl_mcp.core.models import Kind, Request, Status, now
+from hitl_mcp.core.store import Engine
 from hitl_mcp.web.devices import turn_on
 from tests.support.events import until
 from tests.support.harness import channel_broker, sent_row, watching
@@ -37,7 +38,7 @@ pytestmark = pytest.mark.anyio
 
 @contextlib.asynccontextmanager
 async def pushing(
-    tmp_path: Path, **config: Any
+    tmp_path: Path, engine: Engine | None = None, **config: Any
 ) -> AsyncIterator[tuple[Broker, webpush.Channel, PushStandin, str]]:
     """The broker with a webpush channel named ``push``, olive and lead as people, the push service,
     and the channel's answer route served on its own (the inbox's origin in a real server)."""
@@ -45,7 +46,8 @@ async def pushing(
     cfg = webpush.Config.model_validate({"type": "webpush", **config})
     async with serving(stand.app()) as push_url:
         stand.base = push_url
-        async with channel_broker(tmp_path, lambda hub: webpush.Channel("push", cfg, hub)) as broker:
+        factory = lambda hub: webpush.Channel("push", cfg, hub)  # noqa: E731
+        async with channel_broker(tmp_path, factory, store=engine) as broker:
             broker.policy = Policy(
                 people={"olive": {"push": "on"}, "lead": {"push": "on"}}, types={"push": "webpush"}
             )
@@ -105,8 +107,10 @@ async def test_a_push_is_signed_encrypted_for_the_browser_and_carries_the_approv
         assert rows and all(set(r.data) == {"name", "person", "label", "service"} for r in rows)
 
 
-async def test_approve_counts_as_the_person_and_the_outcome_replaces_the_notification(tmp_path: Path) -> None:
-    async with pushing(tmp_path) as (broker, channel, stand, inbox):
+async def test_approve_counts_as_the_person_and_the_outcome_replaces_the_notification(
+    tmp_path: Path, engine: Engine | None
+) -> None:
+    async with pushing(tmp_path, engine) as (broker, channel, stand, inbox):
         sub = await device_of(broker, channel, stand, "olive")
         request = await approval(broker, ["olive"])
         push = await received(stand, sub)
