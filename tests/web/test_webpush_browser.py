@@ -20,8 +20,9 @@ from typing import Any
 import anyio
 from mcp import Client
 
+from hitl_mcp.broker import AskSpec
 from hitl_mcp.config import load_config
-from hitl_mcp.core.models import Status
+from hitl_mcp.core.models import Kind, Status
 from tests.conftest import TOKEN, bearer, free_port, write_config
 from tests.support.events import Changes, until
 from tests.support.people import session_of
@@ -63,6 +64,14 @@ SHOWN_AS = """async ([tag, prefix]) => {
     await new Promise((r) => setTimeout(r, 50));
   }
   return null;
+}"""
+#: until no notification of the tag is left; whether none is
+GONE = """async (tag) => {
+  for (let i = 0; i < 100; i++) {
+    if (!(await registration.getNotifications({ tag })).length) return true;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return false;
 }"""
 PRESS = """async ([tag, action]) => {
   const [n] = await registration.getNotifications({ tag });
@@ -176,6 +185,19 @@ async def test_turn_on_push_then_approve_from_the_notification(
             await worker.evaluate(SHOWN_AS, [push["tag"], "Deploy web-7"])
             again = await worker.evaluate(PRESS, [push["tag"], "approve"])
             assert again == "Not recorded: this button was already used."
+
+            # cancelled: the notification is withdrawn
+            other, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Restart db-2", to=["olive"]))
+            await until(lambda: len(stand.to(subscription)) >= 3, stand.changes)
+            shown_push = stand.to(subscription)[2]
+            await deliver(shown_push)
+            assert len(await worker.evaluate(SHOWN, shown_push["tag"])) == 1
+            await broker.cancel(other.id, "not needed", "agent")
+            await until(lambda: len(stand.to(subscription)) >= 4, stand.changes)
+            withdrawn = stand.to(subscription)[3]
+            assert withdrawn == {"v": 1, "tag": f"hitl-{other.id}", "close": True}
+            await deliver(withdrawn)
+            assert await worker.evaluate(GONE, withdrawn["tag"]) is True
             assert errors == [], errors
         finally:
             await ctx.close()
