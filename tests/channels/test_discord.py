@@ -273,3 +273,16 @@ async def test_a_persons_press_is_credited_to_them(running: tuple[DiscordStandin
         await stand.response_to(await stand.press(message, "Approve", user))
 
     await credited(broker, "discord", {"olive": str(SAM), "backup": str(ANA)}, vote)
+
+
+async def test_a_long_request_is_cut_to_discords_limits(running: tuple[DiscordStandin, Broker]) -> None:
+    stand, broker = running
+    choices = [f"option {i} " + "x" * 120 for i in range(30)]
+    request, _ = await broker.ask(
+        AskSpec(kind=Kind.QUESTION, text="Pick *one* " + "y" * 5000, choices=choices, allow_free_text=True)
+    )
+    message = await delivered(stand, broker, request)  # the stand-in refuses what Discord refuses
+    assert len(message.content) <= 2000 and "cut to fit Discord" in message.content
+    assert len(message.components) == 5 and len(message.buttons()) == 21  # 20 choices, and words
+    assert message.buttons()[-1]["label"] == "Answer in words"
+    assert "type a choice or its number" in message.content
