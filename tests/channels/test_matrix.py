@@ -224,3 +224,18 @@ async def test_a_persons_answer_is_credited_to_them(running: tuple[MatrixStandin
             await until(counted, changes)
 
     await credited(broker, "matrix", {"olive": SAM, "backup": ANA}, vote)
+
+
+async def test_a_long_poll_is_not_cut_short_by_the_call_timeout(
+    tmp_path: Path, standin: tuple[MatrixStandin, str], monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    from hitl_mcp.channels.matrix import api, channel
+
+    monkeypatch.setattr(api, "HTTP_TIMEOUT", 1.0)  # shorter than the long poll below
+    monkeypatch.setattr(channel, "HTTP_TIMEOUT", 1.0)
+    stand, url = standin
+    async with channel_broker(tmp_path, mx(mx_config(url, sync_timeout=2))):
+        await stand.until(lambda: stand.syncs >= 2, seconds=10)  # the first was held its 2 s
+    assert not [
+        r for r in caplog.records if r.name == "hitl_mcp.channels.matrix" and "sync" in r.getMessage()
+    ]

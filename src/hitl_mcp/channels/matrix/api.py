@@ -42,14 +42,21 @@ def encryption_available() -> bool:
     return bool(ENCRYPTION_ENABLED)
 
 
-async def call(work: Awaitable[Any], what: str, config: Config, *, missing_ok: bool = False) -> Any:
-    """Await one matrix-nio call; its response, or ``DeliveryError`` for an error response.
-    ``missing_ok``: an ``M_NOT_FOUND`` is an answer (None), not an error."""
+async def call(
+    work: Awaitable[Any],
+    what: str,
+    config: Config,
+    *,
+    missing_ok: bool = False,
+    seconds: float = HTTP_TIMEOUT,
+) -> Any:
+    """Await one matrix-nio call (within ``seconds``); its response, or ``DeliveryError`` for an error
+    response. ``missing_ok``: an ``M_NOT_FOUND`` is an answer (None), not an error."""
     import aiohttp
     from nio import ErrorResponse
 
     try:
-        with anyio.fail_after(HTTP_TIMEOUT):
+        with anyio.fail_after(seconds):
             response = await work
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         kind = "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__

@@ -14,7 +14,7 @@ from hitl_mcp.channels.base import Answered, ChannelConfig, Counted, Delivery, D
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.fitting import Room, shown
 from hitl_mcp.channels.matrix.api import call, encryption_available, new_client, require_library
-from hitl_mcp.channels.matrix.config import SYNC_RETRY, Config, log
+from hitl_mcp.channels.matrix.config import HTTP_TIMEOUT, SYNC_RETRY, Config, log
 from hitl_mcp.channels.matrix.render import (
     ROOM,
     decision_of_key,
@@ -145,6 +145,7 @@ class MatrixChannel(BaseChannel):
                     ),
                     "sync",
                     self.config,
+                    seconds=self.config.sync_timeout + HTTP_TIMEOUT,  # the long poll, and the call itself
                 )
             except asyncio.CancelledError:
                 raise
