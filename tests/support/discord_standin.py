@@ -4,8 +4,9 @@ wire format, so the real discord.py talks to it through ``api_base``.
 REST wants ``Authorization: Bot <token>`` on every call (401 otherwise), refuses what Discord refuses
 (content over 2,000 characters, a ``custom_id`` over 100, a label over 80, more than 5 buttons a row or
 5 rows, a second response to one interaction: 40060), and can answer 429 with Discord's body and headers
-(``rate_limit``). The gateway speaks zlib-stream compressed JSON: HELLO, IDENTIFY (a wrong token closes
-with 4004), READY, heartbeats, and dispatches.
+(``rate_limit``); every answer carries Discord's rate-limit headers (a generous bucket, so
+discord.py sends requests side by side as it does against Discord). The gateway speaks zlib-stream
+compressed JSON: HELLO, IDENTIFY (a wrong token closes with 4004), READY, heartbeats, and dispatches.
 
 It also plays the people: ``press`` sends the ``INTERACTION_CREATE`` Discord sends for a press on a
 button really on a message (its ``custom_id`` as sent), ``submit`` the one for a modal the bot really
@@ -135,7 +136,8 @@ class DiscordStandin:
         self._sessions: list[MemoryObjectSendStream[tuple[str, dict[str, Any]]]] = []
         self._seq = 0
         api = "/api/v10"
-        self.app = Starlette(
+        self.app = _RateLimitHeaders(self)
+        self.routes = Starlette(
             routes=[
                 Route(f"{api}/users/@me", self._me),
                 Route(f"{api}/oauth2/applications/@me", self._application),
@@ -434,3 +436,27 @@ class DiscordStandin:
                     self.changes.fire()
         except WebSocketDisconnect:
             return
+
+
+class _RateLimitHeaders:
+    """The stand-in's app, with Discord's ``X-RateLimit-*`` headers on every REST answer: without
+    them discord.py takes a bucket to allow one request at a time."""
+
+    def __init__(self, stand: DiscordStandin) -> None:
+        self.stand = stand
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def with_headers(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and message["status"] != 429:
+                reset = time.time() + 1
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (b"x-ratelimit-limit", b"10000"),
+                    (b"x-ratelimit-remaining", b"9999"),
+                    (b"x-ratelimit-reset", f"{reset:.3f}".encode()),
+                    (b"x-ratelimit-reset-after", b"1.000"),
+                    (b"x-ratelimit-bucket", b"standin-bucket"),
+                ]
+            await send(message)
+
+        await self.stand.routes(scope, receive, with_headers if scope["type"] == "http" else send)

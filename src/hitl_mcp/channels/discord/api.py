@@ -92,6 +92,9 @@ async def call(work: Awaitable[Any], what: str, config: Config, where: str = "")
                 f"{what}{at}: Discord refused it ({status}: {said})", permanent=True
             ) from None
         raise DeliveryError(f"{what}{at}: Discord failed ({status}: {said})") from None
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        kind = "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
-        raise DeliveryError(f"{what}: could not reach Discord at {config.api_base} ({kind})") from None
+    except TimeoutError:  # the network, or a queue behind Discord's rate limit (discord.py waits it out)
+        raise DeliveryError(f"{what}: no answer from Discord within {HTTP_TIMEOUT:.0f} s") from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise DeliveryError(
+            f"{what}: could not reach Discord at {config.api_base} ({type(exc).__name__})"
+        ) from None

@@ -26,8 +26,8 @@ ANSWER_LIMIT = 4000  # a modal's text input
 BUTTONS_PER_ROW, ROWS = 5, 5
 #: reconnecting the gateway after discord.py gave up on it
 GATEWAY_RETRY = RetryPolicy(initial_interval=2.0, backoff_coefficient=2.0, maximum_interval=120.0)
-#: seconds one REST call may take
-HTTP_TIMEOUT = 15.0
+#: seconds one REST call may take, waiting for its turn in a rate-limit bucket included
+HTTP_TIMEOUT = 30.0
 
 # a bot token: three dot-separated base64url parts (the bot's id, a timestamp, an HMAC)
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{20,}")
