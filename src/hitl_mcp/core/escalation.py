@@ -86,6 +86,13 @@ class Policy:
             return stands_for(person, request.to, self.delegates)
         return None
 
+    def asked_of(self, request: Request) -> list[str]:
+        """Everyone ``request`` is asked of: its ``to``, a quorum's approvers, and the people its
+        ladder goes on to (``notify_people``: the escalation's someone else, who may answer it too)."""
+        ladder, _ = self.choose(request.kind, request.risk)
+        later = [p for step in (ladder.steps if ladder else []) for p in step.notify_people or []]
+        return [*(request.to or []), *(request.approvals.of if request.approvals else []), *later]
+
     def asked(
         self, kind: Kind, risk: str | None, channels: Sequence[str] | None, to: Sequence[str] | None
     ) -> list[str] | None:
