@@ -259,7 +259,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE requests ADD COLUMN preview_sha256 TEXT;
     ALTER TABLE replies ADD COLUMN preview_sha256 TEXT;
     """,
-    # 13: people sign in to the inbox as themselves (people.md): a session may belong to a person;
+    # 14: people sign in to the inbox as themselves (people.md): a session may belong to a person;
     # each passkey's last sign count, raised by one conditional write so that an assertion whose count
     # does not go up (a cloned authenticator, a replay) is refused; and on each reply the proof it
     # came with (a step-up's passkey assertion, JSON), kept to be verified offline
