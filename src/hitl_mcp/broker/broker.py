@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 
+from hitl_mcp.broker import reports
 from hitl_mcp.broker.digests import held_until
 from hitl_mcp.broker.outbox import Outbox, silent_channels
 from hitl_mcp.broker.routing import BrokerRouting
@@ -30,7 +31,9 @@ from hitl_mcp.core.escalation import Policy
 from hitl_mcp.core.models import (
     Kind,
     NotifyResult,
+    OutcomeStatus,
     Reply,
+    ReportedOutcome,
     Request,
     Settled,
     Status,
@@ -370,6 +373,12 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         if settled.won:
             self._settled(settled.request)
         return settled.request
+
+    async def report_outcome(
+        self, request: Request, status: OutcomeStatus, summary: str | None, result: str | None, actor: str
+    ) -> ReportedOutcome:
+        """What happened after the decision, with its own receipt (``reports.py``)."""
+        return await reports.record(self.store, request, status, summary, result, actor)
 
     async def caller_left(self, request_id: str, client_name: str | None, waited: float) -> None:
         """The host cancelled the call or went away; the request stays answerable."""

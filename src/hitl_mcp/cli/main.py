@@ -22,6 +22,7 @@ import anyio
 from hitl_mcp import __version__
 from hitl_mcp.cli import agents as cli_agents
 from hitl_mcp.cli import gate as gate_cli
+from hitl_mcp.cli import receipts as cli_receipts
 from hitl_mcp.cli import rules as cli_rules
 from hitl_mcp.cli.delegate import add_delegate, cmd_delegate
 from hitl_mcp.cli.requests import (
@@ -178,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_rules.add_commands(command, common)
     cli_agents.add_commands(command, common)
+    cli_receipts.add_commands(command, common)
     gate_cli.add_proxy(command("proxy", gate_cli.cmd_proxy, "put another MCP server's tools behind approval"))
     gate_cli.add_hook(command("hook", gate_cli.cmd_hook, "answer a host's permission prompt from a hook"))
     return parser

@@ -26,8 +26,8 @@ from hitl_mcp import __version__
 from hitl_mcp.core.asks import AskSpec
 from hitl_mcp.core.durations import format_duration
 from hitl_mcp.core.errors import BrokerError
-from hitl_mcp.core.models import Kind, NotifyResult, Outcome, Request, canonical_json
-from hitl_mcp.core.results import describe_notification, to_outcome
+from hitl_mcp.core.models import Kind, NotifyResult, Outcome, ReportedOutcome, Request, canonical_json
+from hitl_mcp.core.results import describe_notification, describe_report, to_outcome
 from hitl_mcp.kit.state_key import request_state_keys
 from hitl_mcp.mcp import tool_args
 from hitl_mcp.mcp.call_context import Unauthenticated, client_name, form_state, principal_of, session_key
@@ -333,6 +333,40 @@ def build_server(
         except BrokerError as exc:
             raise ToolError(f"request_id: {exc}") from None
         return tool_result(to_outcome(request, 0.0), request)
+
+    @register(
+        annotations=ToolAnnotations(
+            title="Report what happened", read_only_hint=False, destructive_hint=False
+        ),
+    )
+    async def report_outcome(
+        request_id: RequestId,
+        status: Annotated[
+            Literal["executed", "failed", "skipped"],
+            Field(description="What you did after the decision: executed it, it failed, or you skipped it."),
+        ],
+        ctx: Context,
+        summary: Annotated[
+            str | None, Field(max_length=4000, description="What happened, in a line or two.")
+        ] = None,
+        result_sha256: Annotated[
+            str | None,
+            Field(pattern="^[0-9a-f]{64}$", description="SHA-256 (hex) of the result, if you keep it."),
+        ] = None,
+    ) -> Annotated[CallToolResult, ReportedOutcome]:
+        """Record what happened after a person's decision (once per request): the audit log and a
+        signed receipt linked to the decision's keep it. Report an approval you did not act on as
+        skipped; an approval that was not given but is reported executed is flagged."""
+        broker = await get_broker()
+        request = await mine(ctx, request_id)
+        try:
+            done = await broker.report_outcome(request, status, summary, result_sha256, owner(ctx))
+        except BrokerError as exc:
+            raise ToolError(f"request_id: {exc}") from None
+        return CallToolResult(
+            content=[TextContent(type="text", text=describe_report(done))],
+            structured_content=done.model_dump(mode="json"),
+        )
 
     tasks = TasksExtension(
         get_broker, forms, agent=settings.agent, inbox_url=inbox_url, poll_ms=settings.task_poll_ms

@@ -22,7 +22,7 @@ from hitl_mcp.broker import Broker
 from hitl_mcp.channels import channel_module
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.kit.net import is_loopback
-from hitl_mcp.web import api, batch, events, pages, pwa, rules, signin
+from hitl_mcp.web import api, batch, events, pages, pwa, receipts, rules, signin
 from hitl_mcp.web.auth import WebAuth
 from hitl_mcp.web.credentials import Credentials
 from hitl_mcp.web.deps import Web, page_context
@@ -73,7 +73,7 @@ def build_app(
     public_url = config.server.public_url
     routes: list[BaseRoute] = [Route("/healthz", api.healthz, methods=["GET"])]
     routes += api.routes + signin.routes + pages.routes + pwa.routes + events.routes
-    routes += rules.routes + batch.routes
+    routes += rules.routes + batch.routes + receipts.routes
     routes += channel_routes(config, get_broker)
     lifespan = None
     # on loopback, HostCheck (below) checks Host and Origin for every route, MCP's included, with

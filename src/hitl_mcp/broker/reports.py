@@ -1,0 +1,67 @@
+"""What happened after a decision: an agent's ``report_outcome``, the proxy's forward, a hook's
+``PostToolUse``. Recorded once per request as an ``outcome_reported`` audit row with a second signed
+receipt linked to the decision's. An approval that was not approved but is reported as executed is
+flagged, in the row, the receipt and the log: loudly.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from hitl_mcp.core.errors import BrokerError
+from hitl_mcp.core.models import Kind, OutcomeStatus, ReportedOutcome, Request, iso, now
+from hitl_mcp.core.receipts import decision
+from hitl_mcp.core.records import KeyConflict
+from hitl_mcp.core.store import Store
+
+log = logging.getLogger("hitl_mcp.broker")
+
+NOT_APPROVED = "executed without an approval"
+
+
+def flag(request: Request, status: OutcomeStatus) -> str | None:
+    """Why this outcome does not fit its decision, if it does not."""
+    if request.kind == Kind.APPROVAL and request.approved is not True and status == "executed":
+        return NOT_APPROVED
+    return None
+
+
+async def record(
+    store: Store,
+    request: Request,
+    status: OutcomeStatus,
+    summary: str | None,
+    result_sha256: str | None,
+    actor: str,
+) -> ReportedOutcome:
+    """Record it; ``BrokerError`` for a request still pending or one already reported."""
+    if request.is_open:
+        raise BrokerError("the request is still pending: report what happened once it is settled")
+    flagged = flag(request, status)
+    report = {
+        "status": status,
+        "summary": summary,
+        "result_sha256": result_sha256,
+        "reported_by": actor,
+        "flagged": flagged,
+    }
+    try:
+        done = await store.report_outcome(request.id, report, actor)
+    except KeyConflict:
+        raise BrokerError(f"the outcome of {request.id} was reported already") from None
+    if done is None:
+        raise BrokerError(f"no question or approval with id {request.id!r}")
+    if flagged:
+        log.warning("hitl-mcp: request %s was reported %s by %s: %s", request.id, status, actor, flagged)
+    _, receipt = done
+    return ReportedOutcome(
+        request_id=request.id,
+        decision=decision(request),
+        status=status,
+        summary=summary,
+        result_sha256=result_sha256,
+        flagged=flagged,
+        receipt=receipt.token if receipt else None,
+        decision_receipt=request.receipt,
+        reported_at=iso(now()) or "",
+    )
