@@ -227,7 +227,7 @@ class Outcome(BaseModel):
     answered_at: str | None = None
     receipt: str | None = Field(
         None,
-        description="Once settled: the server's signed receipt of the decision (a compact JWS, EdDSA; "
+        description="Once settled: the server's signed receipt of the decision (a compact JWS, Ed25519; "
         "its keys at /.well-known/jwks.json). Keep it with what you did.",
     )
     waited_seconds: float = Field(description="How long this call waited.")

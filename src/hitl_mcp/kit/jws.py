@@ -1,4 +1,6 @@
-"""Ed25519 keys and compact JWS (RFC 7515, ``alg: EdDSA``, RFC 8037): what signs receipts.
+"""Ed25519 keys and compact JWS (RFC 7515): what signs receipts. The algorithm is named ``Ed25519``,
+the fully-specified name of RFC 9864, which deprecates the polymorphic ``EdDSA`` of RFC 8037 for the
+same signature; a verifier here accepts both names.
 
 A key is 32 random bytes. It is kept in the state directory (``receipt-key``, mode 0600, base64url)
 unless the config gives one (``server.receipts.key``, ``$HITL_RECEIPT_KEY``: every replica signs
@@ -24,6 +26,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from hitl_mcp.kit.signing import SecretFile, b64url, unb64url
 
 KEY_FILE = "receipt-key"
+#: RFC 9864's fully-specified name for Ed25519 signatures
+ALG = "Ed25519"
 Verdict = Literal["valid", "invalid_signature", "unknown_key", "malformed"]
 
 
@@ -68,7 +72,7 @@ def public_jwk(key: Ed25519PrivateKey | Ed25519PublicKey) -> dict[str, str]:
     public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
     x = b64url(public.public_bytes(Encoding.Raw, PublicFormat.Raw))
     jwk = {"crv": "Ed25519", "kty": "OKP", "x": x}
-    return {**jwk, "kid": thumbprint(jwk), "alg": "EdDSA", "use": "sig"}
+    return {**jwk, "kid": thumbprint(jwk), "alg": ALG, "use": "sig"}
 
 
 def thumbprint(jwk: dict[str, str]) -> str:
@@ -81,7 +85,7 @@ def thumbprint(jwk: dict[str, str]) -> str:
 
 def sign(payload: bytes, key: Ed25519PrivateKey, typ: str) -> str:
     """A compact JWS of ``payload`` (bytes as they are: the canonical JSON of the claims)."""
-    header = {"alg": "EdDSA", "kid": public_jwk(key)["kid"], "typ": typ}
+    header = {"alg": ALG, "kid": public_jwk(key)["kid"], "typ": typ}
     signing_input = f"{b64url(json.dumps(header, separators=(',', ':')).encode())}.{b64url(payload)}"
     return f"{signing_input}.{b64url(key.sign(signing_input.encode()))}"
 
@@ -106,13 +110,13 @@ def parse(token: str) -> tuple[dict[str, Any], bytes, bytes, str]:
 
 
 def verify(token: str, jwks: list[dict[str, Any]]) -> Checked:
-    """Check ``token`` against the public keys: by its ``kid``, EdDSA only."""
+    """Check ``token`` against the public keys: by its ``kid``, Ed25519 only."""
     try:
         header, payload, signature, signing_input = parse(token)
     except (ValueError, UnicodeDecodeError):
         return Checked("malformed", {}, b"")
     kid = header.get("kid")
-    if header.get("alg") != "EdDSA":
+    if header.get("alg") not in (ALG, "EdDSA"):
         return Checked("malformed", header, payload, kid)
     keys = [k for k in jwks if k.get("kid") == kid and k.get("kty") == "OKP" and k.get("crv") == "Ed25519"]
     if not keys:
