@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import rfc8785
+from hypothesis import given
+from hypothesis import strategies as st
 from joserfc import jws as joserfc_jws
 from joserfc.jwk import OKPKey
 
@@ -178,3 +181,23 @@ def test_a_configured_key_is_32_bytes_and_said_plainly(tmp_path: Path) -> None:
     made = jws.load_key(tmp_path / "state")
     assert jws.public_jwk(made) == jws.public_jwk(jws.load_key(tmp_path / "state"))
     assert ((tmp_path / "state" / jws.KEY_FILE).stat().st_mode & 0o777) == 0o600
+
+
+TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
+VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | TEXT,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text("abcXYZ_-019", max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(st.text("abcdefghij_", min_size=1, max_size=10), VALUES, max_size=6))
+def test_the_fast_canonical_json_is_rfc_8785(claims: dict[str, Any]) -> None:
+    assert receipts.canonical(claims) == rfc8785.dumps(claims)
+
+
+def test_a_float_or_a_key_beyond_ascii_goes_through_the_general_jcs() -> None:
+    for claims in ({"n": 1.5, "e": 1e21}, {"\U0001f600": 1, "\ufb01": 2, "a": 3}):
+        assert receipts.canonical(claims) == rfc8785.dumps(claims)

@@ -13,6 +13,7 @@ never wait for each other.
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 from collections.abc import Mapping
 from typing import Any
@@ -157,8 +158,23 @@ def outcome_claims(
 
 
 def canonical(claims: Mapping[str, Any]) -> bytes:
-    """RFC 8785: the bytes a receipt signs, the same in every JCS implementation."""
+    """RFC 8785: the bytes a receipt signs, the same in every JCS implementation.
+
+    Claims hold strings, integers, booleans, nulls, lists and objects with ASCII keys: for those,
+    JCS is exactly JSON with sorted keys, no spaces and no escapes beyond the required ones, which
+    the standard library writes ten times faster than a general JCS. Anything else (a float, a
+    key beyond ASCII) goes through ``rfc8785`` itself; the tests check the two agree."""
+    if _plain(claims):
+        return json.dumps(claims, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     return bytes(rfc8785.dumps(dict(claims)))
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and k.isascii() and _plain(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    return value is None or (isinstance(value, str | bool | int) and not isinstance(value, float))
 
 
 def receipt_hash(token: str) -> str:

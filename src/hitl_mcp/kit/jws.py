@@ -83,9 +83,10 @@ def thumbprint(jwk: dict[str, str]) -> str:
     )
 
 
-def sign(payload: bytes, key: Ed25519PrivateKey, typ: str) -> str:
-    """A compact JWS of ``payload`` (bytes as they are: the canonical JSON of the claims)."""
-    header = {"alg": ALG, "kid": public_jwk(key)["kid"], "typ": typ}
+def sign(payload: bytes, key: Ed25519PrivateKey, typ: str, kid: str | None = None) -> str:
+    """A compact JWS of ``payload`` (bytes as they are: the canonical JSON of the claims); ``kid``:
+    the key's thumbprint, when the caller has it already."""
+    header = {"alg": ALG, "kid": kid or public_jwk(key)["kid"], "typ": typ}
     signing_input = f"{b64url(json.dumps(header, separators=(',', ':')).encode())}.{b64url(payload)}"
     return f"{signing_input}.{b64url(key.sign(signing_input.encode()))}"
 

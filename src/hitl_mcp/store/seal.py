@@ -50,7 +50,7 @@ class Sealer:
         self.kid = self.jwk["kid"]
 
     def _sealed(self, claims: dict[str, Any]) -> Sealed:
-        token = jws.sign(receipts.canonical(claims), self.key, receipts.TYP)
+        token = jws.sign(receipts.canonical(claims), self.key, receipts.TYP, self.kid)
         return Sealed(claims["type"], token, receipts.receipt_hash(token), self.kid, claims["receipt_id"])
 
     def decision(
