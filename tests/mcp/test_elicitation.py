@@ -670,7 +670,7 @@ async def test_url_mode_link_opens_the_request_page_and_the_answer_there_wins(
                         rt, shown.url, {"decision": "deny", "comment": "not today"}
                     )
         assert out["status"] == "answered" and out["approved"] is False
-        assert (out["channel"], out["responder"], out["comment"]) == ("web", "web inbox user", "not today")
+        assert (out["channel"], out["responder"], out["comment"]) == ("web", "operator", "not today")
         assert shown.url.startswith(f"{INBOX}/link/") and "Drop the staging database" in shown.message
         assert "Drop the staging database" in page
         broker = await rt.broker()

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from hitl_mcp.core import receipts
-from hitl_mcp.core.models import Kind, Reply, Request, Settled, Status, now
+from hitl_mcp.core.models import Kind, Reply, Request, Settled, Status, now, payload_sha256
+from hitl_mcp.core.previews import normalise, preview_sha256
 from hitl_mcp.core.quorum import Quorum
 from hitl_mcp.core.records import KeyConflict
 from hitl_mcp.core.store import Engine
@@ -62,6 +63,9 @@ async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
             await cluster.drop_database(url)
 
 
+PAYLOAD_SHA256 = payload_sha256({"v": 2})
+
+
 def approval(request_id: str, **more: object) -> Request:
     return Request(
         id=request_id,
@@ -69,7 +73,7 @@ def approval(request_id: str, **more: object) -> Request:
         text="Deploy",
         payload={"v": 2},
         channels=["web"],
-        payload_sha256="a" * 64,
+        payload_sha256=PAYLOAD_SHA256,
         owner="agent:ci",
         created_at=now(),
         **more,
@@ -84,7 +88,7 @@ async def decide(
         responder="web inbox user",
         decision=decision,
         person=person,
-        payload_sha256="a" * 64,  # type: ignore[arg-type]
+        payload_sha256=PAYLOAD_SHA256,
     )
     settled = await resolve(store, request_id, reply, {"approved": decision == "approve"})
     assert settled is not None
@@ -176,3 +180,42 @@ async def test_a_receipt_from_one_replica_verifies_with_the_keys_another_publish
     token_b = (await decide(second, other.id)).request.receipt
     assert claims(token_b or "")["previousReceiptHash"] is None
     assert jws.parse(token_b or "")[0]["kid"] != jws.parse(token)[0]["kid"]
+
+
+async def test_a_step_up_approval_seals_its_passkey_assertion_and_the_preview_hash(open_store: Open) -> None:
+    """The assertion the inbox checked (people.md, step-up) goes into the receipt whole, so it can
+    be checked offline against the person's registered key; the preview's hash is signed beside the
+    payload's."""
+    store = await open_store("a")
+    preview = normalise({"kind": "command", "command": "make deploy"})
+    shown = preview_sha256(preview)
+    asked, _ = await store.create(approval("r1", step_up=True, preview=preview, preview_sha256=shown), None)
+    proof = {
+        "type": "webauthn.get",
+        "request_id": asked.id,
+        "payload_sha256": PAYLOAD_SHA256,
+        "decision": "approve",
+        "person": "alice",
+        "credential_id": "Y3JlZA",
+        "authenticator_data": "YXV0aA",
+        "client_data_json": "Y2xpZW50",
+        "signature": "c2ln",
+    }
+    reply = Reply(
+        channel="web",
+        responder="alice",
+        identity="alice",
+        decision="approve",
+        person="alice",
+        payload_sha256=PAYLOAD_SHA256,
+        proof=proof,
+    )
+    settled = await resolve(store, asked.id, reply, {"approved": True})
+    assert settled is not None and settled.request.receipt is not None
+    body = claims(settled.request.receipt)["extensions"]["hitl"]  # type: ignore[index]
+    assert body["passkey_assertions"] == [proof]  # type: ignore[index]
+    assert body["preview_sha256"] == shown  # type: ignore[index]
+    # and a receipt without a step-up names none
+    other, _ = await store.create(approval("r2"), None)
+    plain = await decide(store, other.id)
+    assert claims(plain.request.receipt)["extensions"]["hitl"]["passkey_assertions"] is None  # type: ignore[arg-type,index]

@@ -1,9 +1,8 @@
 """The broker: ask, wait, resolve, cancel, expire. The heart, with no I/O of its own.
 
 A request is a row; a waiting coroutine is only a view on it. Within one process a resolution
-wakes its waiters at once; a resolution written by another process sharing the database is seen
-by the change feed (woken by ``store.changed()``: a notification on PostgreSQL, a 0.5 s poll on SQLite)
-or at the waiter's next heartbeat.
+wakes its waiters at once; one written by another process sharing the database is seen by the change
+feed (``store.changed()``: a PostgreSQL notification, a 0.5 s poll on SQLite) or the next heartbeat.
 """
 
 from __future__ import annotations
@@ -18,9 +17,10 @@ from typing import Any
 
 import anyio
 
-from hitl_mcp.broker import reports
 from hitl_mcp.broker.digests import held_until
 from hitl_mcp.broker.outbox import Outbox, silent_channels
+from hitl_mcp.broker.previews import refuse_unseen, with_preview
+from hitl_mcp.broker.reports import BrokerReports
 from hitl_mcp.broker.routing import BrokerRouting
 from hitl_mcp.broker.rules import BrokerRules
 from hitl_mcp.broker.views import BrokerViews
@@ -31,9 +31,7 @@ from hitl_mcp.core.escalation import Policy
 from hitl_mcp.core.models import (
     Kind,
     NotifyResult,
-    OutcomeStatus,
     Reply,
-    ReportedOutcome,
     Request,
     Settled,
     Status,
@@ -43,6 +41,7 @@ from hitl_mcp.core.models import (
     payload_sha256,
 )
 from hitl_mcp.core.outcomes import check_reply, expiry_outcome
+from hitl_mcp.core.previews import preview_sha256
 from hitl_mcp.core.store import Engine, History, KeyConflict, Store
 from hitl_mcp.core.wording import already
 from hitl_mcp.kit.loops import forever, reason
@@ -77,7 +76,7 @@ SWEEP_SECONDS = 30.0
 OnTick = Callable[[float], Awaitable[None]]
 
 
-class Broker(BrokerRouting, BrokerRules, BrokerViews):
+class Broker(BrokerRouting, BrokerRules, BrokerViews, BrokerReports):
     def __init__(
         self,
         store: Engine,
@@ -172,6 +171,7 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         meets the gate first (``broker_rules``): while paused it is denied at once, and one a remembered
         rule covers is approved by the rule, with no one asked (never one that needs a quorum)."""
         policy = await self.policy_now()
+        spec, preview, reasons = with_preview(spec)  # routes, quorum and rules see the risk raised
         quorum = policy.quorum(spec.kind, spec.risk, spec.approvals, spec.to)
         if quorum is not None:  # the approvers are asked, with whoever else the call names
             spec = replace(spec, to=list(dict.fromkeys([*(spec.to or []), *quorum.of])))
@@ -201,12 +201,16 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
             allow_free_text=allow_free_text,
             payload=spec.payload,
             payload_sha256=payload_sha256(spec.payload) if spec.kind == Kind.APPROVAL else None,
+            preview=preview,
+            preview_sha256=preview_sha256(preview),
             risk=spec.risk,
+            risk_reasons=reasons,
             level=spec.level,
             default_answer=spec.default_answer,
             channels=channels,
             to=policy.asked(spec.kind, spec.risk, spec.channels, spec.to),
             approvals=quorum,
+            step_up=policy.needs_step_up(spec.kind, spec.risk),
             idempotency_key=spec.idempotency_key,
             session_key=spec.session_key,
             client_name=spec.client_name,
@@ -236,8 +240,8 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
 
     @staticmethod
     def _dedupe_key(request: Request) -> str | None:
-        """Without a key, the same ask (all of it: text, details, choices, payload, risk) from the
-        same session while it is pending is the same request."""
+        """Without a key, the same ask (``Request.fingerprint``) from the same session while it is
+        pending is the same request."""
         if request.idempotency_key is not None or request.session_key is None:
             return None
         if request.kind == Kind.NOTIFICATION:
@@ -326,14 +330,16 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         not fit the request (``ReplyInvalid``) or an unknown id (``NotFound``)."""
         request = await self.get_or_raise(request_id)
         outcome = check_reply(request, reply) if request.status == Status.PENDING else {}
-        # credited to the person whose identity this is; the channel identity stays the actor. The
-        # payload hash is the one shown: a quorum counts a vote only for the payload it holds
+        refuse_unseen(self.channels, request, reply)  # approved only where the preview was shown whole
+        # credited to the verified identity's person (never the display text; the responder stays the
+        # actor); an approval or a quorum's vote counts only for the payload and preview hashes shown
         policy = await self.policy_now()
-        person = policy.person_of(reply.channel, reply.responder)
+        person = policy.person_of(reply.channel, reply.identity)
         credit = {"person": person, "on_behalf_of": policy.on_behalf_of(person, request)}
-        reply = reply.model_copy(update={**credit, "payload_sha256": request.payload_sha256})
+        shown = {"payload_sha256": request.payload_sha256, "preview_sha256": request.preview_sha256}
+        reply = reply.model_copy(update={**credit, **shown})
         settled = await self.store.resolve(
-            request_id, reply, outcome, expiry_outcome(request), silent_channels(self.channels)
+            request_id, reply, outcome, await self._expiry(request), silent_channels(self.channels)
         )
         if settled is None:
             raise NotFound(f"no request with id {request_id!r}")
@@ -351,7 +357,7 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         outcome: dict[str, Any] = {"comment": reason}
         if request.kind == Kind.APPROVAL:
             outcome["approved"] = False
-        expired, silent = expiry_outcome(request), silent_channels(self.channels)
+        expired, silent = await self._expiry(request), silent_channels(self.channels)
         settled = await self.store.close_request(
             request_id, Status.CANCELLED, actor, outcome, expired, silent
         )
@@ -359,6 +365,13 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         if settled.won or settled.request.status != request.status:
             self._settled(settled.request)
         return settled.request
+
+    async def _expiry(self, request: Request) -> dict[str, Any] | None:
+        """What a due request expires with, when a reply or a cancel finds it past its deadline; None
+        while approvals are paused: deadlines wait then (resume pushes them), so the reply counts."""
+        if request.expires_at is not None and request.expires_at <= now() and await self.paused() is not None:
+            return None
+        return expiry_outcome(request)
 
     async def expire(self, request_id: str) -> Request:
         """Expire a due request; while approvals are paused, deadlines wait and it stays pending."""
@@ -373,12 +386,6 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         if settled.won:
             self._settled(settled.request)
         return settled.request
-
-    async def report_outcome(
-        self, request: Request, status: OutcomeStatus, summary: str | None, result: str | None, actor: str
-    ) -> ReportedOutcome:
-        """What happened after the decision, with its own receipt (``reports.py``)."""
-        return await reports.record(self.store, request, status, summary, result, actor)
 
     async def caller_left(self, request_id: str, client_name: str | None, waited: float) -> None:
         """The host cancelled the call or went away; the request stays answerable."""

@@ -65,3 +65,15 @@ async def record(
         decision_receipt=request.receipt,
         reported_at=iso(now()) or "",
     )
+
+
+class BrokerReports:
+    """The broker's side of it: ``Broker.report_outcome``."""
+
+    store: Store
+
+    async def report_outcome(
+        self, request: Request, status: OutcomeStatus, summary: str | None, result: str | None, actor: str
+    ) -> ReportedOutcome:
+        """What happened after the decision, with its own receipt."""
+        return await record(self.store, request, status, summary, result, actor)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import rfc8785
@@ -108,19 +108,23 @@ def decision_claims(
     at: float,
     issuer: str,
     channel_types: Mapping[str, str],
+    proofs: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The claims of a settled request's receipt: what was asked, what was decided, by whom and how
-    they were verified, and the audit row that settled it."""
+    they were verified, and the audit row that settled it. ``proofs``: the passkey assertions a
+    step-up's approvals came with (``web/stepup.py``), whole, so that anyone holding the person's
+    registered public key can check offline that their authenticator approved this payload."""
     body = {
         "request_id": request.id,
         "kind": request.kind.value,
         "action": request.text,
         "payload_sha256": request.payload_sha256,
-        "preview_sha256": getattr(request, "preview_sha256", None),
+        "preview_sha256": request.preview_sha256,
         "risk": request.risk,
         "decision": decision(request),
         "answer": request.answer if request.kind == Kind.QUESTION else None,
         "votes": answers(request, channel_types),
+        "passkey_assertions": [dict(p) for p in proofs] or None,
         "rule": rule_of(request.responder, request.channel),
         "asked_by": request.owner,
         "created_at": iso(request.created_at),

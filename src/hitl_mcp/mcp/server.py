@@ -39,7 +39,11 @@ from hitl_mcp.mcp.tool_args import (
     ChannelList,
     IdempotencyKey,
     PeopleList,
+    PreviewArg,
+    ReportStatus,
     RequestId,
+    ResultSha256,
+    Summary,
     TimeoutSeconds,
     WaitSeconds,
 )
@@ -228,8 +232,10 @@ def build_server(
                 "with the decision: do exactly this if approved."
             ),
         ] = None,
+        preview: PreviewArg = None,
         risk: Annotated[
-            Literal["low", "medium", "high"] | None, Field(description="How risky it is.")
+            Literal["low", "medium", "high"] | None,
+            Field(description="How risky it is (a preview's content may raise it, never lower it)."),
         ] = None,
         channels: ChannelList = None,
         to: PeopleList = None,
@@ -250,6 +256,7 @@ def build_server(
             text=action,
             details=details,
             payload=payload,
+            preview=None if preview is None else preview.model_dump(mode="json", exclude_unset=True),
             risk=risk,
             channels=channels,
             to=to,
@@ -341,18 +348,10 @@ def build_server(
     )
     async def report_outcome(
         request_id: RequestId,
-        status: Annotated[
-            Literal["executed", "failed", "skipped"],
-            Field(description="What you did after the decision: executed it, it failed, or you skipped it."),
-        ],
+        status: ReportStatus,
         ctx: Context,
-        summary: Annotated[
-            str | None, Field(max_length=4000, description="What happened, in a line or two.")
-        ] = None,
-        result_sha256: Annotated[
-            str | None,
-            Field(pattern="^[0-9a-f]{64}$", description="SHA-256 (hex) of the result, if you keep it."),
-        ] = None,
+        summary: Summary = None,
+        result_sha256: ResultSha256 = None,
     ) -> Annotated[CallToolResult, ReportedOutcome]:
         """Record what happened after a person's decision (once per request): the audit log and a
         signed receipt linked to the decision's keep it. Report an approval you did not act on as
@@ -383,7 +382,6 @@ def build_server(
 
 
 def _json_size(payload: Any) -> str:
-
     try:
         return canonical_json(payload)
     except (TypeError, ValueError) as exc:

@@ -27,13 +27,14 @@ import inspect
 import logging
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from pydantic import Field, PrivateAttr, ValidationError
 
+from hitl_mcp.core.previews import Preview
 from hitl_mcp.core.quorum import Quorum
 from hitl_mcp.mcp.tool_schemas import SCHEMAS
 
@@ -196,6 +197,16 @@ Approvals = Annotated[
         "once; by default one denial denies. Omit for one approval (or the configured default).",
     ),
 ]
+PreviewArg = Annotated[
+    Preview | None,
+    Field(
+        description="What the action will do, as the person should read it: {kind: diff, diff | files: "
+        "[{path, old, new}]}, {kind: command, command (line or argv), cwd?}, {kind: sql, statement, "
+        "dialect?}, {kind: table, columns, rows}, {kind: json, value} or {kind: markdown, text}; "
+        "optional title. Shown in full (or approved only in the inbox when a channel cannot show it "
+        "whole); its SHA-256 is returned as preview_sha256.",
+    ),
+]
 WaitSeconds = Annotated[
     float | None,
     Field(
@@ -223,3 +234,11 @@ IdempotencyKey = Annotated[
     ),
 ]
 RequestId = Annotated[str, Field(min_length=1, max_length=64, description="The request_id a call returned.")]
+ReportStatus = Annotated[
+    Literal["executed", "failed", "skipped"],
+    Field(description="What you did after the decision: executed it, it failed, or you skipped it."),
+]
+Summary = Annotated[str | None, Field(max_length=4000, description="What happened, in a line or two.")]
+ResultSha256 = Annotated[
+    str | None, Field(pattern="^[0-9a-f]{64}$", description="SHA-256 (hex) of the result, if you keep it.")
+]

@@ -9,7 +9,7 @@ settled request carries it with no extra read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -54,10 +54,16 @@ class Sealer:
         return Sealed(claims["type"], token, receipts.receipt_hash(token), self.kid, claims["receipt_id"])
 
     def decision(
-        self, request: Request, audit_seq: int, audit_hash: str, previous: str | None, at: float
+        self,
+        request: Request,
+        audit_seq: int,
+        audit_hash: str,
+        previous: str | None,
+        at: float,
+        proofs: Sequence[Mapping[str, Any]] = (),
     ) -> Sealed:
         claims = receipts.decision_claims(
-            request, audit_seq, audit_hash, previous, at, self.issuer, self.channel_types
+            request, audit_seq, audit_hash, previous, at, self.issuer, self.channel_types, proofs
         )
         return self._sealed(claims)
 

@@ -40,9 +40,10 @@ from hitl_mcp.core.models import Request, Status, now
 from hitl_mcp.mcp.call_context import AnyContext, client_name, is_modern, principal_of
 from hitl_mcp.mcp.host_forms import HostForms
 from hitl_mcp.mcp.tasks import status
-from hitl_mcp.mcp.tasks.core import CORE_VERSION, CoreTasks
+from hitl_mcp.mcp.tasks.core import CORE_VERSION, RELATED_TASK, CoreTasks
 from hitl_mcp.mcp.tasks.inputs import TaskForms
 from hitl_mcp.mcp.tasks.wire import EXTENSION, TaskIdParams, UpdateTaskParams
+from hitl_mcp.mcp.tasks.work import RequestWork, TaskWork
 
 __all__ = ["MISSING_CAPABILITY", "TASK_TOOLS", "TasksExtension", "answering_as_task", "declares_tasks"]
 
@@ -95,13 +96,16 @@ class TasksExtension(Extension):
         agent: str | None,
         inbox_url: str | None,
         poll_ms: int,
+        work: TaskWork | None = None,
     ) -> None:
         self.get_broker = get_broker
         self.forms = TaskForms(forms)
         self.agent = agent
         self.inbox_url = inbox_url
         self.poll_ms = poll_ms
-        self.core = CoreTasks(get_broker, TASK_TOOLS, as_task, poll_ms=poll_ms, inbox_url=inbox_url)
+        self.work: TaskWork = work or RequestWork(TASK_TOOLS, inbox_url)
+        """What a task is the view of (``work.py``): the request, or (the proxy) the call after it."""
+        self.core = CoreTasks(get_broker, self.work, as_task, poll_ms=poll_ms)
         """The 2025-11-25 design: its middleware, and its side of the shared ``tasks/*`` methods."""
 
     def methods(self) -> Sequence[MethodBinding]:
@@ -119,7 +123,7 @@ class TasksExtension(Extension):
     async def intercept_tool_call(
         self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
-        if params.name not in TASK_TOOLS or not declares_tasks(ctx):
+        if not self.work.runs_as_task(params.name) or not declares_tasks(ctx):
             return await call_next(ctx)
         with as_task():
             done = await call_next(ctx)
@@ -158,46 +162,68 @@ class TasksExtension(Extension):
         return broker, request
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict[str, Any]:
+        direct = None if is_modern(ctx) else self.work.direct(ctx, params.task_id)
+        if direct is not None:
+            return direct.task(self.poll_ms)
         broker, request = await self._mine(ctx, params.task_id)
         if not is_modern(ctx):
-            return await self.core.task(broker, request)
+            return await self.core.task(broker, request, ctx)
         if request.is_open:
             undelivered = await broker.undelivered(request.id)
             if undelivered:  # nobody has it: the blocking call would say so and stop waiting, too
+                done = await self.work.after(ctx, broker, request, undelivered)
                 return status.settled_status(
-                    request, self.poll_ms, cancelled_by_task=False, undelivered=undelivered
+                    request, self.poll_ms, cancelled_by_task=False, result=done.result
                 )
             inputs = await self.forms.requests(ctx, broker, request)
             if inputs is not None:
                 return status.input_required(request, self.poll_ms, inputs)
             return status.working(request, self.poll_ms)
-        by_task = request.status == Status.CANCELLED and await self.core.cancelled_by_task(broker, request)
-        return status.settled_status(
-            request, self.poll_ms, cancelled_by_task=by_task, inbox_url=self.inbox_url
-        )
+        if request.status == Status.CANCELLED and await self.core.cancelled_by_task(broker, request):
+            return status.settled_status(request, self.poll_ms, cancelled_by_task=True)
+        after = await self.work.after(ctx, broker, request, None)
+        if after.status == "cancelled":
+            return status.cancelled(request, self.poll_ms, after.message)
+        if after.status == "input_required":
+            assert after.input_requests is not None
+            return status.input_required(request, self.poll_ms, after.input_requests, after.message)
+        if after.status == "working":
+            return status.working(request, self.poll_ms, after.message)
+        return status.settled_status(request, self.poll_ms, cancelled_by_task=False, result=after.result)
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
         broker, request = await self._mine(ctx, params.task_id)
         try:  # settled meanwhile by another channel: the form's answer is still recorded, as losing
-            await self.forms.answer(ctx, broker, request, params.input_responses)
+            if not await self.work.answer(ctx, broker, request, params.input_responses):
+                await self.forms.answer(ctx, broker, request, params.input_responses)
         except ValueError as exc:
             raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
         return {}
 
     async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict[str, Any]:
+        direct = None if is_modern(ctx) else self.work.direct(ctx, params.task_id)
+        if direct is not None:
+            await direct.cancel()
+            return direct.task(self.poll_ms)
         broker, request = await self._mine(ctx, params.task_id)
         if request.is_open:
             actor = client_name(ctx) or "agent"
             await broker.record(request.id, status.TASK_CANCELLED, actor, {})
             request = await broker.cancel(request.id, "the agent's host cancelled the task", actor)
-        return {} if is_modern(ctx) else await self.core.task(broker, request)
+        else:
+            await self.work.stop(ctx, broker, request)
+        return {} if is_modern(ctx) else await self.core.task(broker, request, ctx)
 
     async def _result(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict[str, Any]:
+        direct = self.work.direct(ctx, params.task_id)
+        if direct is not None:
+            result = await direct.result(ctx)
+            return {**result, "_meta": {RELATED_TASK: {"taskId": params.task_id}}}
         broker, request = await self._mine(ctx, params.task_id)
-        result = await self.core.result(broker, request)
+        result = await self.core.result(broker, request, ctx)
         # the status changed while this waited: say so (2025-11-25's notifications/tasks/status), on
         # this request's stream, ahead of the result
-        task = await self.core.task(broker, await broker.get_or_raise(request.id))
+        task = await self.core.task(broker, await broker.get_or_raise(request.id), ctx)
         notification = TaskStatusNotification(params=TaskStatusNotificationParams.model_validate(task))
         # not in mcp 2.3.0's notification union (types only), hence the cast; sent as any other
         await ctx.session.send_notification(cast(Any, notification), related_request_id=ctx.request_id)
