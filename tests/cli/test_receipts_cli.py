@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,3 +127,75 @@ async def test_bad_periods_and_files_are_one_line(tmp_path: Path, state_dir: Pat
     assert code == 1 and "--to must come after --from" in err
     code, _, err = await cli(state_dir, "receipt", "verify", str(tmp_path / "nothing.jws"))
     assert code == 1 and "no such file" in err and "Traceback" not in err
+
+
+def assertion(request_id: str, payload_sha256: str | None, signer: Any = None) -> dict[str, Any]:
+    """A step-up's kept passkey assertion as the inbox keeps it (``web/stepup.py``), made by a P-256
+    authenticator here: ES256 over the authenticator data (user verified) and the client data, whose
+    challenge binds the request, its payload, the decision and a nonce."""
+    import hashlib
+
+    import cbor2
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from hitl_mcp.kit.signing import b64url
+    from hitl_mcp.web.passkeys import step_up_challenge
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    numbers = key.public_key().public_numbers()
+    cose = cbor2.dumps(
+        {1: 2, 3: -7, -1: 1, -2: numbers.x.to_bytes(32, "big"), -3: numbers.y.to_bytes(32, "big")}
+    )
+    challenge = step_up_challenge(request_id, payload_sha256, "approve", "n0nce")
+    client_data = json.dumps(
+        {"type": "webauthn.get", "challenge": b64url(challenge), "origin": "http://localhost:8765"}
+    ).encode()
+    auth_data = hashlib.sha256(b"localhost").digest() + bytes([0x05]) + (7).to_bytes(4, "big")
+    signature = (signer or key).sign(
+        auth_data + hashlib.sha256(client_data).digest(), ec.ECDSA(hashes.SHA256())
+    )
+    return {
+        "type": "webauthn.get",
+        "person": "olive",
+        "request_id": request_id,
+        "payload_sha256": payload_sha256 or "",
+        "decision": "approve",
+        "nonce": "n0nce",
+        "credential_id": b64url(b"cred"),
+        "public_key": b64url(cose),
+        "authenticator_data": b64url(auth_data),
+        "client_data_json": b64url(client_data),
+        "signature": b64url(signature),
+    }
+
+
+async def test_verify_checks_a_step_up_passkey_assertion_offline(tmp_path: Path, state_dir: Path) -> None:
+    """A receipt carries the assertion a step-up's approval came with: `receipt verify` checks its
+    signature and that it binds this receipt's request and payload; one signed by another key, or
+    made for another request, makes the receipt not valid."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    made = {
+        "genuine": lambda rid, sha: assertion(rid, sha),
+        "another key": lambda rid, sha: assertion(rid, sha, ec.generate_private_key(ec.SECP256R1())),
+        "another request": lambda rid, sha: assertion("elsewhere", sha),
+    }
+    files = {}
+    async with running(state_dir) as rt:
+        broker = await rt.broker()
+        for name, make in made.items():
+            request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text=name, payload={"t": name}))
+            reply = Reply(channel="web", responder="olive", decision="approve")
+            reply = reply.model_copy(update={"proof": make(request.id, request.payload_sha256)})
+            settled = await broker.resolve(request.id, reply)
+            assert settled.request.receipt is not None
+            files[name] = tmp_path / f"{name}.jws"
+            files[name].write_text(settled.request.receipt + "\n")
+    kept = json.loads(jws.unb64url(files["genuine"].read_text().split(".")[1]))
+    assert kept["extensions"]["hitl"]["passkey_assertions"][0]["person"] == "olive"
+    code, out, _ = await cli(state_dir, "receipt", "verify", str(files["genuine"]))
+    assert code == 0 and out.strip().endswith(": valid"), out
+    for name in ("another key", "another request"):
+        code, out, _ = await cli(state_dir, "receipt", "verify", str(files[name]))
+        assert code == 1 and out.strip().endswith(": a passkey assertion in it does not verify"), (name, out)

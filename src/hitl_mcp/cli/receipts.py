@@ -101,6 +101,23 @@ def cmd_receipt(args: argparse.Namespace) -> int:
     return run(_verify, args, [line.strip() for line in text.splitlines() if line.strip()], None)
 
 
+def _assertions_hold(claims: dict[str, Any]) -> bool:
+    """Each step-up's passkey assertion in the receipt verifies against the public key it names, for
+    this receipt's request, payload and decision (``web/stepup.py``: compare the key with the
+    person's registered one, ``hitl-mcp people passkeys NAME --json``)."""
+    body = claims.get("extensions", {}).get("hitl", {})
+    kept = body.get("passkey_assertions") or []
+    if not kept:
+        return True
+    from hitl_mcp.web.stepup import check_offline
+
+    bound = (body.get("request_id"), body.get("payload_sha256") or "")
+    try:
+        return all((p["request_id"], p["payload_sha256"] or "") == bound and check_offline(p) for p in kept)
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def _load_jwks(where: str) -> list[dict[str, Any]]:
     try:
         if where.startswith(("http://", "https://")):
@@ -167,6 +184,8 @@ async def _verify(args: argparse.Namespace, tokens: list[str], export: dict[str,
             mismatch = check_against_audit(claims, audit_by_seq)
             if mismatch:
                 verdict = f"not matching the audit log: {mismatch}"
+        if verdict == "valid" and not _assertions_hold(claims):
+            verdict = "a passkey assertion in it does not verify"
         bad += verdict != "valid"
         print(f"{what}: {verdict}")
     for problem in problems:
