@@ -17,11 +17,14 @@ from pathlib import Path
 
 import anyio
 
-from hitl_mcp.core.models import Kind, Reply, Request, now
+from hitl_mcp.core.models import Kind, Reply, Request, now, payload_sha256
 from hitl_mcp.kit import jws
 from hitl_mcp.store.export import check_members, export, read_export
 from hitl_mcp.store.seal import Sealer, published
 from hitl_mcp.store.sqlite import SqliteStore
+
+
+PAYLOAD = {"plan": "prod", "changes": 12}
 
 
 def approval() -> Request:
@@ -29,8 +32,8 @@ def approval() -> Request:
         id=secrets.token_hex(8),
         kind=Kind.APPROVAL,
         text="Apply the prod plan",
-        payload={"plan": "prod", "changes": 12},
-        payload_sha256="a" * 64,
+        payload=PAYLOAD,
+        payload_sha256=payload_sha256(PAYLOAD),
         channels=["web"],
         owner="agent:bench",
         created_at=now(),
