@@ -23,7 +23,6 @@ from hitl_mcp.store.export import check_members, export, read_export
 from hitl_mcp.store.seal import Sealer, published
 from hitl_mcp.store.sqlite import SqliteStore
 
-
 PAYLOAD = {"plan": "prod", "changes": 12}
 
 
