@@ -6,13 +6,16 @@ flagged, in the row, the receipt and the log: loudly.
 
 from __future__ import annotations
 
+import json
 import logging
+from typing import Any
 
 from hitl_mcp.core.errors import BrokerError
 from hitl_mcp.core.models import Kind, OutcomeStatus, ReportedOutcome, Request, iso, now
-from hitl_mcp.core.receipts import decision
+from hitl_mcp.core.receipts import OUTCOME, decision
 from hitl_mcp.core.records import KeyConflict
-from hitl_mcp.core.store import Store
+from hitl_mcp.core.store import History, Store
+from hitl_mcp.kit import jws
 
 log = logging.getLogger("hitl_mcp.broker")
 
@@ -28,6 +31,7 @@ def flag(request: Request, status: OutcomeStatus) -> str | None:
 
 async def record(
     store: Store,
+    history: History,
     request: Request,
     status: OutcomeStatus,
     summary: str | None,
@@ -48,7 +52,7 @@ async def record(
     try:
         done = await store.report_outcome(request.id, report, actor)
     except KeyConflict:
-        raise BrokerError(f"the outcome of {request.id} was reported already") from None
+        return await _again(history, request, report)
     if done is None:
         raise BrokerError(f"no question or approval with id {request.id!r}")
     if flagged:
@@ -67,13 +71,38 @@ async def record(
     )
 
 
+async def _again(history: History, request: Request, report: dict[str, Any]) -> ReportedOutcome:
+    """A report made before: the same one again (a retry) gets what the first got; another one is
+    refused (an outcome is reported once)."""
+    for row in await history.receipts(request.id):
+        if row.kind != OUTCOME:
+            continue
+        kept = json.loads(jws.parse(row.token)[1])["extensions"]["hitl"]
+        said = {key: kept.get(key) for key in ("status", "summary", "result_sha256")}
+        if said != {key: report[key] for key in said}:
+            raise BrokerError(f"the outcome of {request.id} was reported already, as {kept.get('status')}")
+        return ReportedOutcome(
+            request_id=request.id,
+            decision=kept["decision"],
+            status=kept["status"],
+            summary=kept.get("summary"),
+            result_sha256=kept.get("result_sha256"),
+            flagged=kept.get("flagged"),
+            receipt=row.token,
+            decision_receipt=request.receipt,
+            reported_at=iso(row.created_at) or "",
+        )
+    raise BrokerError(f"the outcome of {request.id} was reported already")
+
+
 class BrokerReports:
     """The broker's side of it: ``Broker.report_outcome``."""
 
     store: Store
+    history: History
 
     async def report_outcome(
         self, request: Request, status: OutcomeStatus, summary: str | None, result: str | None, actor: str
     ) -> ReportedOutcome:
         """What happened after the decision, with its own receipt."""
-        return await record(self.store, request, status, summary, result, actor)
+        return await record(self.store, self.history, request, status, summary, result, actor)

@@ -343,7 +343,7 @@ def build_server(
 
     @register(
         annotations=ToolAnnotations(
-            title="Report what happened", read_only_hint=False, destructive_hint=False
+            title="Report what happened", read_only_hint=False, destructive_hint=False, idempotent_hint=True
         ),
     )
     async def report_outcome(
