@@ -99,7 +99,8 @@ async def test_owners_from_before_principals_become_stdio_hosts(tmp_path: Path) 
         "ALTER TABLE requests DROP COLUMN preview; ALTER TABLE requests DROP COLUMN preview_sha256;"
         "ALTER TABLE replies DROP COLUMN preview_sha256;"
         "ALTER TABLE web_sessions DROP COLUMN person; DROP TABLE sign_counts;"
-        " ALTER TABLE replies DROP COLUMN proof; DROP TABLE receipts; ALTER TABLE requests DROP COLUMN receipt;"
+        " ALTER TABLE replies DROP COLUMN proof;"
+        "DROP TABLE receipts; ALTER TABLE requests DROP COLUMN receipt;"
     )
     before = next(i for i, m in enumerate(MIGRATIONS) if "CREATE TABLE credentials" in m)
     db.execute(f"PRAGMA user_version = {before}")
