@@ -229,7 +229,7 @@ MIGRATIONS: list[str] = [
     );
     ALTER TABLE replies ADD COLUMN proof TEXT;
     """,
-    # 14: receipts: each settled request's signed receipt (and each reported outcome's), chained per
+    # 15: receipts: each settled request's signed receipt (and each reported outcome's), chained per
     # signing key; the decision's receipt is kept on the request row too
     """
     ALTER TABLE requests ADD COLUMN receipt TEXT;
