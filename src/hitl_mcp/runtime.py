@@ -96,6 +96,8 @@ def sealer_of(config: Config, state_dir: Path) -> Sealer:
     text = configured.get_secret_value() if configured else os.environ.get(RECEIPT_KEY_ENV)
     issuer = config.server.public_url or "hitl-mcp"
     types = {name: block.type for name, block in config.channels.items()}
+    if not text:
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # one that cannot be says so itself
     try:
         return Sealer(load_key(state_dir, text), issuer, types)
     except BadKey as exc:
