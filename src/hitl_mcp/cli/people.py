@@ -95,7 +95,13 @@ def cmd_people(args: argparse.Namespace) -> int:
             keys = [Passkey.of(r.name, r.data, r.created_at) for r in live]
             if args.json:
                 listed = [
-                    {"id": k.name.split("/", 1)[1], "label": k.label, "added": iso(k.created_at)}
+                    {
+                        "id": k.name.split("/", 1)[1],
+                        "label": k.label,
+                        "added": iso(k.created_at),
+                        "credential_id": k.credential_id,
+                        "public_key": k.public_key,
+                    }
                     for k in keys
                 ]
                 print(json.dumps(listed, indent=2))
