@@ -47,10 +47,10 @@ import anyio
 import anyio.abc
 import httpx2
 import mcp.types
-from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from _server import HOST, READY, ROOT, TOKEN, lines, stop_process
+from mcp import Client
 
 CLIENT_INFO = mcp.types.Implementation(name=HOST, version="1")
 STATE_KEY = "ab" * 32

@@ -15,8 +15,9 @@ import os
 import sys
 
 import anyio
-from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+
+from mcp import Client, StdioServerParameters
 
 TOOLS = {"ask_user", "request_approval", "notify_user", "wait_for_response", "cancel_request"}
 

@@ -97,9 +97,10 @@ async def _asked(
 ) -> dict[str, Any]:
     """The outcome, once settled or once the deadline is near (then ``Unanswered``)."""
     import httpx2
-    from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.types import Implementation
+
+    from mcp import Client
 
     try:
         async with httpx2.AsyncClient(

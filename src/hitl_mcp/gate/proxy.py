@@ -23,7 +23,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from mcp import MCPError
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import (
@@ -52,6 +51,7 @@ from hitl_mcp.gate.policy import Decision, Policy
 from hitl_mcp.gate.upstream import Upstream, UpstreamError
 from hitl_mcp.mcp.call_context import client_name, principal_of
 from hitl_mcp.mcp.settings import Settings, call_budget
+from mcp import MCPError
 
 log = logging.getLogger("hitl_mcp.gate")
 

@@ -13,9 +13,10 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import anyio
-from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+from mcp import Client, MCPError
 
 log = logging.getLogger("hitl_mcp.gate")
 
