@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from _server import HOST, ROOT, TOKEN, Server, server, wait_delivered
+from _server import HOST, ROOT, TOKEN, Server, mcp_transport, server, wait_delivered
 from mcp import Client
 
 if str(ROOT) not in sys.path:  # the stand-ins live in the clone's tests/support
@@ -191,9 +191,10 @@ async def phone_bench() -> AsyncIterator[Bench]:
                 async with server(Path(tmp), channels=config) as (srv, port):
                     base = f"http://127.0.0.1:{port}"
                     headers = {"Authorization": f"Bearer {TOKEN}"}
+                    transport = mcp_transport(f"{base}/mcp")
                     async with (
                         httpx2.AsyncClient(base_url=base, headers=headers, timeout=60) as http,
-                        Client(f"{base}/mcp", mode="legacy", client_info=CLIENT_INFO) as client,
+                        Client(transport, mode="legacy", client_info=CLIENT_INFO) as client,
                     ):
                         yield Bench(srv, port, telegram, ntfy, hook, http, client)
             finally:

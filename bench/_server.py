@@ -24,6 +24,23 @@ SETUP_POLL_SECONDS = 0.25
 SETUP_CHECKS_AT_ONCE = 50
 
 
+def mcp_transport(url: str, token: str = TOKEN, **http: Any) -> Any:
+    """A streamable HTTP transport to ``url`` (``/mcp``) presenting ``token``: MCP over HTTP needs a
+    credential, loopback included. ``http``: more arguments for the httpx2 client (limits,
+    timeout). Pass it to ``Client`` where a URL would go."""
+    return _transport(url, token, http)
+
+
+@asynccontextmanager
+async def _transport(url: str, token: str, http: dict[str, Any]) -> AsyncIterator[Any]:
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers, follow_redirects=True, **http) as client:
+        async with streamable_http_client(url, http_client=client) as streams:
+            yield streams
+
+
 async def lines(stream: anyio.abc.ByteReceiveStream) -> AsyncIterator[str]:
     """The stream's lines, decoded, until it ends."""
     buffer = b""

@@ -43,6 +43,7 @@ import httpx2
 from anyio.streams.buffered import BufferedByteStream
 
 from _concurrency_client import describe, emit, raise_nofile
+from _server import TOKEN
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 VERSION = "2026-07-28"
@@ -60,6 +61,7 @@ def task_meta(client_name: str) -> dict[str, Any]:
 def headers(method: str, name: str) -> dict[str, str]:
     return {
         "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {TOKEN}",
         "MCP-Protocol-Version": VERSION,
         "Mcp-Method": method,
         "Mcp-Name": name,

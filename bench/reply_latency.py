@@ -31,7 +31,7 @@ import anyio.abc
 import httpx2
 import mcp.types
 
-from _server import HOST, READY, TOKEN, server, wait_delivered
+from _server import HOST, READY, TOKEN, mcp_transport, server, wait_delivered
 from mcp import Client
 
 CLIENT_INFO = mcp.types.Implementation(name=HOST, version="1")
@@ -62,7 +62,7 @@ async def hold(client: Client, call: Call) -> None:
 
 
 async def session(url: str, http: httpx2.AsyncClient, index: int, calls: list[Call]) -> None:
-    async with Client(url, mode="legacy", client_info=CLIENT_INFO) as client:
+    async with Client(mcp_transport(url), mode="legacy", client_info=CLIENT_INFO) as client:
         # Warm-up (setup): one ask answered at once, so the SDK's lazy tools/list and output-schema
         # validator, and the server's first reply, are not charged to the first measured sample.
         first = await client.call_tool("ask_user", {"question": f"bench warm-up {index}", "wait_seconds": 0})
