@@ -100,6 +100,7 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         self._expiry_wake = anyio.Event()
         self._waiters_present = anyio.Event()
         self._listeners: set[Callable[[str, str], None]] = set()
+        self._everything: set[Callable[[str, str], None]] = set()
         self._last_seq = 0
         self._pruned_at = 0.0
 
@@ -145,6 +146,9 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
             self._last_seq = change.seq
             if change.request_id is not None:
                 self._publish(change.request_id, change.event)
+            else:  # pause, resume (every deadline moves), rules, credentials
+                for listener in list(self._everything):
+                    listener("", change.event)
         if len(changes) < 1000:
             await self.store.changed()
 
@@ -155,11 +159,20 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         for listener in list(self._listeners):
             listener(request_id, event)
 
-    def listen(self, listener: Callable[[str, str], None]) -> Callable[[], None]:
-        """Call ``listener(request_id, event)`` for every audit event; returns the unsubscribe."""
+    def listen(self, listener: Callable[[str, str], None], *, unattached: bool = False) -> Callable[[], None]:
+        """Call ``listener(request_id, event)`` for every audit event of a request, written by any
+        process; ``unattached``: also for those of none (``request_id`` ""), such as a resume, which
+        moves every deadline. Returns the unsubscribe."""
         self._listeners.add(listener)
+        if unattached:
+            self._everything.add(listener)
         self._waiters_present.set()
-        return lambda: self._listeners.discard(listener)
+
+        def unsubscribe() -> None:
+            self._listeners.discard(listener)
+            self._everything.discard(listener)
+
+        return unsubscribe
 
     # --- asking ----------------------------------------------------------------------------
 

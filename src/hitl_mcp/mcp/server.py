@@ -11,7 +11,9 @@ links, the call also offers the request in the host's own window (``host_forms.p
 
 from __future__ import annotations
 
+import functools
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -21,6 +23,7 @@ from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.request_state import RequestStateSecurity
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import Field
+from starlette.types import ASGIApp
 
 from hitl_mcp import __version__
 from hitl_mcp.core.asks import AskSpec
@@ -337,7 +340,7 @@ def build_server(
     tasks = TasksExtension(
         get_broker, forms, agent=settings.agent, inbox_url=inbox_url, poll_ms=settings.task_poll_ms
     )
-    return MCPServer(
+    server = MCPServer(
         "hitl-mcp",
         instructions=INSTRUCTIONS,
         version=__version__,
@@ -346,6 +349,19 @@ def build_server(
         extensions=[tasks],
         middleware=[tasks.core],
     )
+    _TASKS[server] = tasks
+    return server
+
+
+_TASKS: weakref.WeakKeyDictionary[MCPServer, TasksExtension] = weakref.WeakKeyDictionary()
+
+
+def http_front(server: MCPServer) -> Callable[[ASGIApp], ASGIApp]:
+    """What goes in front of ``server``'s HTTP endpoint, inside the credential check: polls of
+    working tasks answered ahead of the SDK (``tasks/fast.py``)."""
+    # the stamp the SDK puts on every 2026-07-28 result (its lowlevel server has it)
+    stamp: dict[str, Any] = server._lowlevel_server.server_info_stamp
+    return functools.partial(_TASKS[server].front, server_info=stamp)
 
 
 def _json_size(payload: Any) -> str:

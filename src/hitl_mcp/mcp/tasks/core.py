@@ -30,6 +30,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 
 from hitl_mcp.core.models import Kind, Request, Status, iso, now
 from hitl_mcp.core.results import to_outcome
+from hitl_mcp.mcp.tasks.pace import Pace
 from hitl_mcp.mcp.tasks.status import TASK_CANCELLED, is_settled, ttl_ms, waiting_message
 from hitl_mcp.mcp.tool_results import tool_result
 
@@ -54,14 +55,14 @@ class CoreTasks:
         task_tools: frozenset[str],
         as_task: Callable[[], Any],
         *,
-        poll_ms: int,
+        pace: Pace,
         inbox_url: str | None,
     ) -> None:
         self.get_broker = get_broker
         self.task_tools = task_tools
         self.as_task = as_task
         """Enters "this tool call is answered with a task" (a context manager)."""
-        self.poll_ms = poll_ms
+        self.pace = pace
         self.inbox_url = inbox_url
 
     # --- the middleware: initialize, tools/list, tools/call with params.task ---------------------
@@ -119,7 +120,7 @@ class CoreTasks:
             "createdAt": iso(request.created_at),
             "lastUpdatedAt": iso(request.closed_at or request.created_at),
             "ttl": ttl_ms(request),
-            "pollInterval": self.poll_ms,
+            "pollInterval": self.pace.interval(now() - request.created_at),
         }
 
     @staticmethod

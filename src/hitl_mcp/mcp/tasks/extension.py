@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -34,6 +36,7 @@ from mcp_types import (
 )
 from mcp_types.jsonrpc import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.types import ASGIApp
 
 from hitl_mcp.core.errors import NotFound
 from hitl_mcp.core.models import Request, Status, now
@@ -41,7 +44,10 @@ from hitl_mcp.mcp.call_context import AnyContext, client_name, is_modern, princi
 from hitl_mcp.mcp.host_forms import HostForms
 from hitl_mcp.mcp.tasks import status
 from hitl_mcp.mcp.tasks.core import CORE_VERSION, CoreTasks
+from hitl_mcp.mcp.tasks.fast import FastPolls
 from hitl_mcp.mcp.tasks.inputs import TaskForms
+from hitl_mcp.mcp.tasks.memory import TaskMemory
+from hitl_mcp.mcp.tasks.pace import Pace
 from hitl_mcp.mcp.tasks.wire import EXTENSION, TaskIdParams, UpdateTaskParams
 
 __all__ = ["MISSING_CAPABILITY", "TASK_TOOLS", "TasksExtension", "answering_as_task", "declares_tasks"]
@@ -100,9 +106,27 @@ class TasksExtension(Extension):
         self.forms = TaskForms(forms)
         self.agent = agent
         self.inbox_url = inbox_url
-        self.poll_ms = poll_ms
-        self.core = CoreTasks(get_broker, TASK_TOOLS, as_task, poll_ms=poll_ms, inbox_url=inbox_url)
+        self.pace = Pace(poll_ms, self._count_pending)
+        """``pollIntervalMs``: by the task's age and the load (``pace.py``)."""
+        self.memory = TaskMemory()
+        """The tasks known to be working: a poll of one reads no row (``memory.py``, ``fast.py``)."""
+        self.listened: Counter[str] = Counter()
+        """The task ids an open ``subscriptions/listen`` stream of this process follows (``push.py``)."""
+        self.core = CoreTasks(get_broker, TASK_TOOLS, as_task, pace=self.pace, inbox_url=inbox_url)
         """The 2025-11-25 design: its middleware, and its side of the shared ``tasks/*`` methods."""
+
+    async def _count_pending(self) -> int:
+        broker = await self.get_broker()
+        return await broker.history.count(Status.PENDING)
+
+    def interval(self, request: Request) -> int:
+        """The ``pollIntervalMs`` this task is given now."""
+        return self.pace.interval(now() - request.created_at, listened=request.id in self.listened)
+
+    def front(self, app: ASGIApp, *, server_info: dict[str, Any]) -> ASGIApp:
+        """``app`` (the SDK's streamable HTTP endpoint) with polls of working tasks answered ahead of it
+        (``server_info``: the stamp the SDK puts on every 2026-07-28 result)."""
+        return FastPolls(app, self.memory, self.pace, self.listened.__contains__, server_info)
 
     def methods(self) -> Sequence[MethodBinding]:
         core = frozenset({CORE_VERSION})
@@ -133,7 +157,7 @@ class TasksExtension(Extension):
         if request is None or not request.is_open or await broker.undelivered(request.id):
             return done
         log.info("hitl-mcp: %s answered as task %s", params.name, status.task_id(request))
-        return status.created(request, self.poll_ms)
+        return status.created(request, self.interval(request))
 
     # --- tasks/* --------------------------------------------------------------------------------
 
@@ -158,23 +182,45 @@ class TasksExtension(Extension):
         return broker, request
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict[str, Any]:
-        broker, request = await self._mine(ctx, params.task_id)
-        if not is_modern(ctx):
-            return await self.core.task(broker, request)
-        if request.is_open:
-            undelivered = await broker.undelivered(request.id)
-            if undelivered:  # nobody has it: the blocking call would say so and stop waiting, too
-                return status.settled_status(
-                    request, self.poll_ms, cancelled_by_task=False, undelivered=undelivered
-                )
-            inputs = await self.forms.requests(ctx, broker, request)
-            if inputs is not None:
-                return status.input_required(request, self.poll_ms, inputs)
-            return status.working(request, self.poll_ms)
-        by_task = request.status == Status.CANCELLED and await self.core.cancelled_by_task(broker, request)
-        return status.settled_status(
-            request, self.poll_ms, cancelled_by_task=by_task, inbox_url=self.inbox_url
-        )
+        task_id = params.task_id
+        if is_modern(ctx) and declares_tasks(ctx):
+            clock = now()
+            known = self.memory.working(task_id, principal_of(ctx, self.agent).owner, clock)
+            if known is not None:  # over stdio (HTTP's polls are answered ahead of the SDK: fast.py)
+                if self.pace.stale(time.monotonic()):
+                    await self.pace.recount(time.monotonic())
+                interval = self.pace.interval(clock - known.created_at, listened=task_id in self.listened)
+                return known.task(task_id, clock, interval)
+        self.memory.watch(await self.get_broker())
+        self.memory.reading(task_id)
+        working: Request | None = None
+        try:
+            broker, request = await self._mine(ctx, task_id)
+            if not is_modern(ctx):
+                return await self.core.task(broker, request)
+            if self.pace.stale(time.monotonic()):
+                await self.pace.recount(time.monotonic())
+            interval = self.interval(request)
+            if request.is_open:
+                undelivered = await broker.undelivered(request.id)
+                if undelivered:  # nobody has it: the blocking call would say so and stop waiting, too
+                    return status.settled_status(
+                        request, interval, cancelled_by_task=False, undelivered=undelivered
+                    )
+                inputs = await self.forms.requests(ctx, broker, request)
+                if inputs is not None:
+                    return status.input_required(request, interval, inputs)
+                if HostForms.channel_of(broker, request) is None:
+                    working = request  # nothing of the host's to offer, ever: known as working
+                return status.working(request, interval)
+            by_task = request.status == Status.CANCELLED and await self.core.cancelled_by_task(
+                broker, request
+            )
+            return status.settled_status(
+                request, interval, cancelled_by_task=by_task, inbox_url=self.inbox_url
+            )
+        finally:
+            self.memory.read(task_id, working)
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
         broker, request = await self._mine(ctx, params.task_id)
