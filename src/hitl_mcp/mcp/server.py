@@ -347,7 +347,7 @@ def build_server(
         request_state_security=security,
         tools=tools,
         extensions=[tasks],
-        middleware=[tasks.core],
+        middleware=[tasks.core, tasks.push],
     )
     _TASKS[server] = tasks
     return server

@@ -57,12 +57,15 @@ class CoreTasks:
         *,
         pace: Pace,
         inbox_url: str | None,
+        created: Callable[[Broker, Any, Request], None] | None = None,
     ) -> None:
         self.get_broker = get_broker
         self.task_tools = task_tools
         self.as_task = as_task
         """Enters "this tool call is answered with a task" (a context manager)."""
         self.pace = pace
+        self.created = created
+        """Told of each task created (with the broker and the session): ``push.py`` follows it."""
         self.inbox_url = inbox_url
 
     # --- the middleware: initialize, tools/list, tools/call with params.task ---------------------
@@ -98,6 +101,8 @@ class CoreTasks:
             raise MCPError(code=INVALID_PARAMS, message=text or "the tool failed")
         broker = await self.get_broker()
         request = await broker.get_or_raise(str(content["request_id"]))
+        if self.created is not None and request.is_open:
+            self.created(broker, ctx.session, request)  # notifications/tasks/status when it ends
         return {"task": await self.task(broker, request)}
 
     # --- tasks/* for 2025-11-25 callers -----------------------------------------------------------

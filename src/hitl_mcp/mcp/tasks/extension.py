@@ -48,6 +48,7 @@ from hitl_mcp.mcp.tasks.fast import FastPolls
 from hitl_mcp.mcp.tasks.inputs import TaskForms
 from hitl_mcp.mcp.tasks.memory import TaskMemory
 from hitl_mcp.mcp.tasks.pace import Pace
+from hitl_mcp.mcp.tasks.push import TaskPush
 from hitl_mcp.mcp.tasks.wire import EXTENSION, TaskIdParams, UpdateTaskParams
 
 __all__ = ["MISSING_CAPABILITY", "TASK_TOOLS", "TasksExtension", "answering_as_task", "declares_tasks"]
@@ -90,6 +91,16 @@ def declares_tasks(ctx: AnyContext) -> bool:
     return caps is not None and caps.extensions is not None and EXTENSION in caps.extensions
 
 
+def missing_capability() -> MCPError:
+    """-32021, for a 2026-07-28 request about tasks that does not declare the extension."""
+    return MCPError(
+        code=MISSING_CAPABILITY,
+        message="Missing required client capability: declare the io.modelcontextprotocol/tasks "
+        "extension in this request's capabilities",
+        data={"requiredCapabilities": {"extensions": {EXTENSION: {}}}},
+    )
+
+
 class TasksExtension(Extension):
     identifier = EXTENSION
 
@@ -112,7 +123,11 @@ class TasksExtension(Extension):
         """The tasks known to be working: a poll of one reads no row (``memory.py``, ``fast.py``)."""
         self.listened: Counter[str] = Counter()
         """The task ids an open ``subscriptions/listen`` stream of this process follows (``push.py``)."""
-        self.core = CoreTasks(get_broker, TASK_TOOLS, as_task, pace=self.pace, inbox_url=inbox_url)
+        self.push = TaskPush(self)
+        """Tasks pushed to clients that listen (``push.py``): a middleware."""
+        self.core = CoreTasks(
+            get_broker, TASK_TOOLS, as_task, pace=self.pace, inbox_url=inbox_url, created=self.push.follow
+        )
         """The 2025-11-25 design: its middleware, and its side of the shared ``tasks/*`` methods."""
 
     async def _count_pending(self) -> int:
@@ -165,12 +180,7 @@ class TasksExtension(Extension):
         # 2026-07-28: each request must declare the extension; 2025-11-25 has no such declaration
         # (a task there is one the caller created with params.task, or any request of its own)
         if is_modern(ctx) and not declares_tasks(ctx):
-            raise MCPError(
-                code=MISSING_CAPABILITY,
-                message="Missing required client capability: declare the io.modelcontextprotocol/tasks "
-                "extension in this request's capabilities",
-                data={"requiredCapabilities": {"extensions": {EXTENSION: {}}}},
-            )
+            raise missing_capability()
         broker = await self.get_broker()
         try:
             request = await broker.owned(task_id, principal_of(ctx, self.agent).owner)
@@ -200,27 +210,29 @@ class TasksExtension(Extension):
                 return await self.core.task(broker, request)
             if self.pace.stale(time.monotonic()):
                 await self.pace.recount(time.monotonic())
-            interval = self.interval(request)
-            if request.is_open:
-                undelivered = await broker.undelivered(request.id)
-                if undelivered:  # nobody has it: the blocking call would say so and stop waiting, too
-                    return status.settled_status(
-                        request, interval, cancelled_by_task=False, undelivered=undelivered
-                    )
-                inputs = await self.forms.requests(ctx, broker, request)
-                if inputs is not None:
-                    return status.input_required(request, interval, inputs)
-                if HostForms.channel_of(broker, request) is None:
-                    working = request  # nothing of the host's to offer, ever: known as working
-                return status.working(request, interval)
-            by_task = request.status == Status.CANCELLED and await self.core.cancelled_by_task(
-                broker, request
-            )
-            return status.settled_status(
-                request, interval, cancelled_by_task=by_task, inbox_url=self.inbox_url
-            )
+            task = await self.detailed(ctx, broker, request)
+            if task["status"] == "working" and HostForms.channel_of(broker, request) is None:
+                working = request  # nothing of the host's to offer, ever: known as working from now
+            return task
         finally:
             self.memory.read(task_id, working)
+
+    async def detailed(self, ctx: AnyContext, broker: Broker, request: Request) -> dict[str, Any]:
+        """The request as a 2026-07-28 ``DetailedTask``: what ``tasks/get`` answers, and what a
+        listening client is sent (``push.py``)."""
+        interval = self.interval(request)
+        if request.is_open:
+            undelivered = await broker.undelivered(request.id)
+            if undelivered:  # nobody has it: the blocking call would say so and stop waiting, too
+                return status.settled_status(
+                    request, interval, cancelled_by_task=False, undelivered=undelivered
+                )
+            inputs = await self.forms.requests(ctx, broker, request)
+            if inputs is not None:
+                return status.input_required(request, interval, inputs)
+            return status.working(request, interval)
+        by_task = request.status == Status.CANCELLED and await self.core.cancelled_by_task(broker, request)
+        return status.settled_status(request, interval, cancelled_by_task=by_task, inbox_url=self.inbox_url)
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
         broker, request = await self._mine(ctx, params.task_id)
