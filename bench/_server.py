@@ -84,7 +84,11 @@ async def server(workdir: Path, grace: float = 10, channels: str = "") -> AsyncI
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("HITL_")}
     env.update(HITL_STATE_DIR=str(workdir / "state"), HITL_WEB_TOKEN=TOKEN, PYTHONUNBUFFERED="1")
-    command = [sys.executable, "-m", "hitl_mcp", "serve", "--transport", "http", "--config", str(config)]
+    # $HITL_BENCH_PRELUDE: a script that runs the server its own way (a profiler, tracemalloc), given
+    # the CLI's arguments; otherwise python -m hitl_mcp
+    prelude = os.environ.get("HITL_BENCH_PRELUDE")
+    start = [sys.executable, prelude] if prelude else [sys.executable, "-m", "hitl_mcp"]
+    command = [*start, "serve", "--transport", "http", "--config", str(config)]
     process = await anyio.open_process(command, env=env, stdin=-1, stdout=-1, stderr=-1, cwd=str(ROOT))
     srv = Server(process)
     try:

@@ -358,7 +358,11 @@ _TASKS: weakref.WeakKeyDictionary[MCPServer, TasksExtension] = weakref.WeakKeyDi
 
 def http_front(server: MCPServer) -> Callable[[ASGIApp], ASGIApp]:
     """What goes in front of ``server``'s HTTP endpoint, inside the credential check: polls of
-    working tasks answered ahead of the SDK (``tasks/fast.py``)."""
+    working tasks answered ahead of the SDK (``tasks/fast.py``). Serving over HTTP also puts the
+    lean SSE response in the SDK's transport (``lean_sse.py``)."""
+    from hitl_mcp.mcp import lean_sse
+
+    lean_sse.install()  # what a held call's SSE response costs while it waits (lean_sse.py)
     # the stamp the SDK puts on every 2026-07-28 result (its lowlevel server has it)
     stamp: dict[str, Any] = server._lowlevel_server.server_info_stamp
     return functools.partial(_TASKS[server].front, server_info=stamp)
