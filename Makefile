@@ -52,6 +52,7 @@ $(MCPB): tools/package.json tools/package-lock.json
 	touch $@
 
 run: $(RUN_STAMP)
+	@echo "hitl-mcp: in another terminal, in this folder: source $(VENV)/bin/activate, then hitl-mcp inbox --open"
 	$(VENV)/bin/hitl-mcp serve --transport http $(if $(PORT),--port $(PORT))
 
 lint: $(TEST_STAMP)

@@ -32,9 +32,8 @@ import anyio
 import anyio.abc
 import httpx2
 import mcp.types
-from mcp.client.streamable_http import streamable_http_client
-
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 HOST = "hitl-bench"  # the config gives this host a budget of an hour, so calls block
 CLIENT_INFO = mcp.types.Implementation(name=HOST, version="1")

@@ -26,13 +26,13 @@ from typing import Any
 import anyio
 import httpx2
 import mcp.types
+from mcp import Client
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from _server import HOST, ROOT, TOKEN, Server, mcp_transport, server, wait_delivered
-from mcp import Client
 
 if str(ROOT) not in sys.path:  # the stand-ins live in the clone's tests/support
     sys.path.append(str(ROOT))

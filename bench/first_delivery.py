@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import anyio
+from mcp import Client
 
 from hitl_mcp.config import parse_config
 from hitl_mcp.runtime import Runtime
-from mcp import Client
 
 GOAL_P99_MS = 50.0
 

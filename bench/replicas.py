@@ -47,9 +47,9 @@ import anyio
 import anyio.abc
 import httpx2
 import mcp.types
+from mcp import Client
 
 from _server import HOST, READY, ROOT, TOKEN, lines, mcp_transport, stop_process
-from mcp import Client
 
 CLIENT_INFO = mcp.types.Implementation(name=HOST, version="1")
 STATE_KEY = "ab" * 32

@@ -30,9 +30,9 @@ import anyio
 import anyio.abc
 import httpx2
 import mcp.types
+from mcp import Client
 
 from _server import HOST, READY, TOKEN, mcp_transport, server, wait_delivered
-from mcp import Client
 
 CLIENT_INFO = mcp.types.Implementation(name=HOST, version="1")
 WAIT_SECONDS = 3000  # below the host budget below, so no call returns "pending" during a run

@@ -18,8 +18,13 @@ from hitl_mcp.runtime import Runtime
 from tests.support.events import Changes, until
 
 # the stand-ins' fixtures (slack_standin, twilio_standin, certs, imap, folder, smtp), the PostgreSQL
-# cluster, and the markers by what a test needs (tests/support/needs.py)
-pytest_plugins = ["tests.support.fixtures", "tests.support.postgres", "tests.support.needs"]
+# cluster, the markers by what a test needs (tests/support/needs.py), and the store engines (people.py)
+pytest_plugins = [
+    "tests.support.fixtures",
+    "tests.support.postgres",
+    "tests.support.needs",
+    "tests.support.people",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789"

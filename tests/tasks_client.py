@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import anyio
+from mcp import MCPError
 from mcp.client import Client
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.session import ClientSession
@@ -15,7 +16,6 @@ from mcp_types import CallToolResult, Request, Result
 from pydantic import ConfigDict
 
 from hitl_mcp.mcp.tasks.wire import EXTENSION, CreateTaskResult, TaskIdParams, UpdateTaskParams
-from mcp import MCPError
 
 
 class GetTask(Request[TaskIdParams, Literal["tasks/get"]]):

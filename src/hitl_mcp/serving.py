@@ -23,6 +23,7 @@ from starlette.applications import Starlette
 
 from hitl_mcp.channels import missing_libraries
 from hitl_mcp.config import Config
+from hitl_mcp.kit import listening
 from hitl_mcp.kit.net import browser_url, http_url, is_loopback
 from hitl_mcp.kit.terminal import visible
 from hitl_mcp.runtime import ConfigRefused, Runtime, Transport, check_database, prepare_state_dir
@@ -69,6 +70,29 @@ def bind(host: str, port: int) -> socket.socket | None:
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
+
+
+def _inbox_elsewhere(state_dir: Path, host: str, port: int) -> None:
+    """Over stdio, when the inbox's port is taken. Usually by another hitl-mcp on this state directory
+    (``make run``, or another host window's server): then all is well, and said so. Otherwise by some
+    other program, and this server has no inbox of its own: that needs a port."""
+    address = browser_url(host, port)
+    if any(server.url == address for server in listening.running(state_dir)):
+        log.info(
+            "hitl-mcp: the inbox at %s is served by another hitl-mcp on this state directory; this server "
+            "shares its database (%s), so requests from here show there",
+            address,
+            state_dir,
+        )
+        return
+    log.warning(
+        "hitl-mcp: port %d on %s is taken by a program that is not a hitl-mcp on this state directory: "
+        "this server runs without an inbox (its requests are in %s); to serve one, choose another port "
+        "with --port, $HITL_PORT or server.http.port in the config",
+        port,
+        host,
+        state_dir,
+    )
 
 
 class HttpServer:
@@ -122,7 +146,7 @@ async def serve(config: Config, state_dir: Path, transport: Transport, host: str
     if sock is None and transport != "stdio":
         raise ConfigRefused(port_taken(host, port))
     if sock is None:
-        log.warning("hitl-mcp: %s; running without the inbox, sharing %s", port_taken(host, port), state_dir)
+        _inbox_elsewhere(state_dir, host, port)
     try:
         await serve_runtime(runtime, mcp, transport, host, sock, url, state_dir)
     except BaseExceptionGroup as group:  # surface the one that says why, not the group
@@ -136,6 +160,26 @@ async def serve(config: Config, state_dir: Path, transport: Transport, host: str
 
 
 async def serve_runtime(
+    runtime: Runtime,
+    mcp: MCPServer,
+    transport: Transport,
+    host: str,
+    sock: socket.socket | None,
+    url: str,
+    state_dir: Path,
+) -> None:
+    """Serve until the end; while the socket is ours, its address is recorded in the state directory
+    for the other verbs (and servers) to find (``kit.listening``)."""
+    recorded = None
+    if sock is not None:
+        recorded = listening.record(state_dir, browser_url(host, sock.getsockname()[1]), transport)
+    try:
+        await _serve_runtime(runtime, mcp, transport, host, sock, url, state_dir)
+    finally:
+        listening.forget(recorded)
+
+
+async def _serve_runtime(
     runtime: Runtime,
     mcp: MCPServer,
     transport: Transport,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client
 
 import hitl_mcp.broker.broker as broker_module
 import hitl_mcp.broker.outbox as outbox_module
@@ -26,7 +27,6 @@ from hitl_mcp.channels.webhook import events
 from hitl_mcp.config import ConfigError, parse_config
 from hitl_mcp.core.models import Kind, NotifyResult, Request, Status, iso
 from hitl_mcp.core.results import describe_notification
-from mcp import Client
 from tests.conftest import TOKEN, running, sc, text_of
 from tests.support.events import until
 from tests.support.harness import channel_broker, sent_row, watching

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client
 from mcp.types import Implementation
 
 from hitl_mcp.broker import AskDefaults, Broker
@@ -25,10 +26,9 @@ from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.core.asks import AskSpec
 from hitl_mcp.core.audit_replay import check_requests
 from hitl_mcp.core.errors import BrokerError
-from hitl_mcp.core.models import Kind, Status, now
+from hitl_mcp.core.models import Kind, Reply, Status, now
 from hitl_mcp.core.rules import check_pattern, exactly, matches, subject
 from hitl_mcp.core.store import RuleRow
-from mcp import Client
 from tests.conftest import (
     TOKEN,
     api_client,
@@ -116,7 +116,7 @@ async def test_a_rule_made_in_the_inbox_answers_the_next_approval_over_mcp(
             fired = [a for a in json.loads(shown)["audit"] if a["event"] == "rule_fired"]
             assert code == 0 and fired[0]["data"] == {
                 "rule": rule_id,
-                "created_by": "web inbox user",
+                "created_by": "operator",
                 "uses_left": None,
             }
 
@@ -260,6 +260,30 @@ async def test_pause_denies_new_approvals_freezes_expiry_and_resume_pushes_it(
         assert check_requests(await broker.history.all_requests(), await broker.history.audit()) == []
 
 
+async def test_while_paused_a_reply_or_a_cancel_past_the_deadline_counts_and_nothing_expires(
+    state_dir: Path,
+) -> None:
+    """Deadlines wait while approvals are paused: a reply that arrives past the (frozen) deadline is
+    the answer, and a cancel cancels; neither expires the request. Without the pause, as before."""
+    async with running(state_dir) as rt:
+        broker = await rt.broker()
+        answered, _ = await broker.ask(approval(channels=["web"], timeout_seconds=60))
+        cancelled, _ = await broker.ask(approval(text="Ship v4", channels=["web"], timeout_seconds=60))
+        unpaused, _ = await broker.ask(approval(text="Ship v5", channels=["web"], timeout_seconds=60))
+        await broker.pause("alice", "deploy freeze")
+        for request in (answered, cancelled):  # past their deadlines, as if time had passed
+            await rewrite_expiry(state_dir, request.id, now() - 1)
+        reply = Reply(channel="web", responder="web inbox user", decision="approve")
+        settled = await broker.resolve(answered.id, reply)
+        assert settled.won and settled.request.status == Status.ANSWERED and settled.request.approved
+        gone = await broker.cancel(cancelled.id, "not needed", "agent")
+        assert gone.status == Status.CANCELLED and gone.comment == "not needed"
+        await broker.resume("bob")
+        await rewrite_expiry(state_dir, unpaused.id, now() - 1)
+        late = await broker.resolve(unpaused.id, reply)
+        assert not late.won and late.request.status == Status.EXPIRED
+
+
 async def test_of_two_resumes_at_once_one_pushes_the_deadlines_and_the_other_finds_it_not_paused(
     tmp_path: Path,
 ) -> None:
@@ -355,11 +379,11 @@ async def test_batch_approves_the_plain_ones_and_leaves_high_risk_pending(state_
             assert r.status_code == 200 and sorted(r.json()["approved"]) == sorted(p.id for p in plain)
         for request in plain:
             settled = await broker.get_or_raise(request.id)
-            assert settled.approved is True and settled.responder == "web inbox user"
+            assert settled.approved is True and settled.responder == "operator"
         assert (await broker.get_or_raise(risky.id)).status == Status.PENDING
         assert (await broker.get_or_raise(other.id)).status == Status.PENDING
         (row,) = [a for a in await broker.history.audit() if a.event == "batch_approved"]
-        assert sorted(row.data["ids"]) == sorted(p.id for p in plain) and row.actor == "web inbox user"
+        assert sorted(row.data["ids"]) == sorted(p.id for p in plain) and row.actor == "operator"
 
 
 async def test_the_inbox_revokes_pauses_and_resumes_only_with_its_csrf_token(state_dir: Path) -> None:
@@ -379,9 +403,9 @@ async def test_the_inbox_revokes_pauses_and_resumes_only_with_its_csrf_token(sta
             assert (await person.post("/resume", data={"csrf": csrf})).status_code == 303
         assert (await broker.paused()) is None
         (revoked,) = await broker.rules()
-        assert revoked.revoked_by == "web inbox user" and not revoked.live(now())
+        assert revoked.revoked_by == "operator" and not revoked.live(now())
         events = [(a.event, a.actor) for a in await broker.history.audit()]
-        assert ("rule_revoked", "web inbox user") in events and ("resumed", "web inbox user") in events
+        assert ("rule_revoked", "operator") in events and ("resumed", "operator") in events
 
 
 async def test_a_high_risk_rule_from_the_form_needs_its_confirmation(state_dir: Path) -> None:
@@ -468,3 +492,16 @@ async def test_telegram_approve_and_remember_makes_the_default_rule(tmp_path: Pa
             assert labels == ["✅ Approve", "⛔ Deny"]  # no one-tap rule for high risk
         finally:
             stand.close()
+
+
+async def rewrite_expiry(state_dir: Path, request_id: str, expires_at: float) -> None:
+    """Move a request's deadline behind the store's back (the SQLite file of ``running``)."""
+    import sqlite3
+
+    from hitl_mcp.store.select import DB_FILE
+
+    db = sqlite3.connect(state_dir / DB_FILE, isolation_level=None)
+    try:
+        db.execute("UPDATE requests SET expires_at = ? WHERE id = ?", (expires_at, request_id))
+    finally:
+        db.close()

@@ -198,6 +198,13 @@ def old_rule(false: str) -> str:
     )
 
 
+#: what the migration for people's sign-in added, taken away again (a database from before it)
+UNDO_PEOPLE = (
+    "ALTER TABLE web_sessions DROP COLUMN person; DROP TABLE sign_counts;"
+    " ALTER TABLE replies DROP COLUMN proof;"
+)
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def before_binding(
     request: pytest.FixtureRequest, tmp_path: Path
@@ -213,7 +220,9 @@ async def before_binding(
         db.executescript(
             "ALTER TABLE rules DROP COLUMN shown; ALTER TABLE rules DROP COLUMN max_risk;"
             "DROP TABLE credentials;"
-            f"PRAGMA user_version = 9; {old_rule('0')};"
+            "ALTER TABLE requests DROP COLUMN preview; ALTER TABLE requests DROP COLUMN preview_sha256;"
+            "ALTER TABLE replies DROP COLUMN preview_sha256;"
+            f"{UNDO_PEOPLE} PRAGMA user_version = 9; {old_rule('0')};"
         )
         db.close()
 
@@ -238,7 +247,9 @@ async def before_binding(
         try:
             await conn.execute(
                 "ALTER TABLE rules DROP COLUMN shown, DROP COLUMN max_risk; DROP TABLE credentials;"
-                f"UPDATE hitl_schema SET version = 9; {old_rule('FALSE')};"
+                "ALTER TABLE requests DROP COLUMN preview, DROP COLUMN preview_sha256;"
+                "ALTER TABLE replies DROP COLUMN preview_sha256;"
+                f"{UNDO_PEOPLE} UPDATE hitl_schema SET version = 9; {old_rule('FALSE')};"
             )
         finally:
             await conn.close()

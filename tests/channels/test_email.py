@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 
 from hitl_mcp.broker import AskSpec, Broker, UnknownChannel
 from hitl_mcp.channels.base import DeliveryError
@@ -24,7 +25,6 @@ from hitl_mcp.channels.email import Link
 from hitl_mcp.channels.email.replies import Unreadable, auto_reply_reason, read_answer
 from hitl_mcp.config import Config, ConfigError, load_config, parse_config
 from hitl_mcp.core.models import Kind, Status, now
-from mcp import Client
 from tests.conftest import PYTHON, ROOT, TOKEN, api_client, free_port, running, server_env
 from tests.support.events import Changes, until
 from tests.support.mail import (
@@ -36,6 +36,7 @@ from tests.support.mail import (
     SmtpServer,
     silent_server,
 )
+from tests.support.people import credited
 
 pytestmark = pytest.mark.anyio
 
@@ -466,7 +467,7 @@ async def test_late_replies_get_one_already_answered_mail(
         assert request is not None and request.approved is False and request.channel == "web"
         already = [m for m in smtp.messages if "already answered" in plain(m)]
         assert len(already) == 1
-        assert "already answered by web inbox user via web (denied)" in plain(already[0])
+        assert "already answered by operator via web (denied)" in plain(already[0])
         assert already[0]["To"] == ALICE
 
 
@@ -771,7 +772,7 @@ async def test_follow_up_mail_when_settled_elsewhere(state_dir: Path, certs: Cer
         await api.post(f"/api/requests/{rid}/reply", json={"decision": "approve"})
         notes = await smtp.wait_for(2, lambda m: "Settled" in plain(m))
     assert sorted(str(m["To"]) for m in notes) == [ALICE, BOB]
-    assert all("approved by web inbox user via web" in plain(m) for m in notes)
+    assert all("approved by operator via web" in plain(m) for m in notes)
     assert {str(m["In-Reply-To"]) for m in notes} == {
         f"<hitl.{rid}.{broker.channels['email'].reply_token(rid, a)}@example.com>"  # type: ignore[attr-defined]
         for a in (ALICE, BOB)
@@ -892,3 +893,27 @@ def test_auto_reply_markers(headers: dict[str, str]) -> None:
     person["Auto-Submitted"] = "no"
     person["Subject"] = "Re: [hitl #1234abcd] Deploy?"
     assert auto_reply_reason(person) is None
+
+
+# ---------------------------------------------------------------------------------------- people
+
+
+async def test_a_person_is_credited_by_their_address_once_and_as_a_delegate(
+    state_dir: Path, certs: Certs, smtp: SmtpServer
+) -> None:
+    """The link names the address it was sent to (signed); people: holds that address."""
+    config = email_config(smtp.port, certs, public_url=PUBLIC_URL)
+    async with running(state_dir, config) as rt, api_client(rt) as http:
+        broker = await rt.broker()
+        by_person = {"olive": ALICE, "backup": BOB}
+
+        async def vote(asked: Any, who: str) -> None:
+            mails = await smtp.wait_for(
+                1, lambda m: to(by_person[who])(m) and asked.short_id in str(m["Subject"])
+            )
+            approve = re.findall(rf"{PUBLIC_URL}(/webhooks/email/link/\S+)", plain(mails[0]))[0]
+            r = await http.post(approve, data={"confirm": "yes"}, headers={"Origin": PUBLIC_URL})
+            assert r.status_code in (200, 409), r.text
+
+        done = await credited(broker, "email", {"olive": ALICE.upper(), "backup": BOB}, vote)
+        assert [v.responder for v in done.votes] == [ALICE, BOB]

@@ -13,6 +13,7 @@ import logging
 import os
 import subprocess
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +21,23 @@ import anyio
 import httpx2
 import pytest
 import yaml
+from mcp import Client
 from pydantic import ValidationError
 
 from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.channels import ntfy
 from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.config import effective_config, parse_config
-from hitl_mcp.core.models import Kind, Reply, Request, Status
+from hitl_mcp.core.delegation import Delegation
+from hitl_mcp.core.models import Kind, Reply, Request, Status, now
 from hitl_mcp.core.retry import RetryPolicy
-from mcp import Client
+from hitl_mcp.core.store import Engine
 from tests.conftest import PYTHON, ROOT, TOKEN, Heard, make_config, running, server_env
 from tests.support.agent import approval_while
 from tests.support.events import until
 from tests.support.harness import channel_broker, sent_row, watching
 from tests.support.ntfy_standin import NtfyStandin, tap
+from tests.support.people import ask_both, people_on
 from tests.support.serve import serving
 
 pytestmark = pytest.mark.anyio
@@ -72,15 +76,15 @@ def ntfy_config(url: str, **overrides: Any) -> ntfy.Config:
 
 @contextlib.asynccontextmanager
 async def ntfy_broker(
-    tmp_path: Path, config: ntfy.Config, public_url: str | None = None, **kw: Any
+    tmp_path: Path, config: ntfy.Config, public_url: str | None = None, name: str = "ntfy", **kw: Any
 ) -> AsyncIterator[tuple[Broker, ntfy.Channel]]:
     def build(hub: Any) -> ntfy.Channel:
-        channel = ntfy.Channel("ntfy", config, hub)
+        channel = ntfy.Channel(name, config, hub)
         channel.stream_retry = FAST
         return channel
 
     async with channel_broker(tmp_path, build, public_url=public_url, **kw) as broker:
-        channel = broker.channels["ntfy"]
+        channel = broker.channels[name]
         assert isinstance(channel, ntfy.Channel)
         yield broker, channel
 
@@ -340,6 +344,22 @@ async def test_a_settled_request_replaces_its_notification(
         assert update["tags"] == ["white_check_mark"] and update["priority"] == 2
         (shown,) = stand.shown(TOPIC)  # the phone shows one notification: the outcome
         assert shown["id"] == update["id"]
+
+
+async def test_the_settled_notification_names_the_channel_as_the_outcome_does(
+    tmp_path: Path, standin: tuple[NtfyStandin, str]
+) -> None:
+    """A channel named ``push`` (the starter config's name): the phone says "via push", as the
+    agent's outcome and the inbox do, not "via ntfy"."""
+    stand, url = standin
+    async with ntfy_broker(tmp_path, ntfy_config(url), name="push") as (broker, _):
+        await subscribed(stand)
+        request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Merge the branch"))
+        await tap(button(await notified(stand), "Approve"))
+        done = await settled(broker, request.id)
+        update = await notified(stand, 2)
+        assert done.channel == "push"
+        assert update["message"].startswith(f"Approved by {done.responder} via {done.channel} at ")
 
 
 async def test_an_older_server_gets_a_follow_up(tmp_path: Path, standin: tuple[NtfyStandin, str]) -> None:
@@ -641,3 +661,52 @@ async def test_the_standin_speaks_ntfy(standin: tuple[NtfyStandin, str]) -> None
         stand.limit(1, retry_after=3)
         limited = await http.post("/", json={"topic": TOPIC}, headers=server)
         assert limited.status_code == 429 and limited.headers["retry-after"] == "3"
+
+
+# ------------------------------------------------------------------------------------- people
+
+
+async def test_a_person_is_credited_by_the_channels_responder_once_and_as_a_delegate(
+    tmp_path: Path, standin: tuple[NtfyStandin, str], engine: Engine | None
+) -> None:
+    """ntfy cannot tell one tapper from another: whoever holds the topic is the channel's
+    ``responder``, and people: names that (one topic per person)."""
+    stand, url = standin
+    async with ntfy_broker(tmp_path, ntfy_config(url, responder="olive's phone"), store=engine) as (
+        broker,
+        _,
+    ):
+        await subscribed(stand)
+        people_on(broker, "ntfy", {"olive": "olive's phone"})
+        broker.policy = replace(
+            broker.policy,
+            delegations=[Delegation.model_validate({"from": "lead", "to": "olive", "until": now() + 3600})],
+        )
+
+        async def replies(request: Request, count: int) -> None:
+            with watching(broker, request.id) as changes:
+                await until(lambda: _count(broker, request.id, count), changes)
+
+        both = await ask_both(broker, "ntfy")
+        sent = await notified(stand, request=both)
+        await tap(button(sent, "Approve"))
+        await replies(both, 1)
+        await tap(button(sent, "Deny"))  # olive again, on the other button: not a second vote
+        await replies(both, 2)
+        voted = await broker.get_or_raise(both.id)
+        assert voted.status == Status.PENDING
+        assert [(v.person, v.on_behalf_of, v.responder) for v in voted.votes] == [
+            ("olive", None, "olive's phone")
+        ]
+        assert [r.won for r in await broker.store.replies(both.id)] == [True, False]  # counted, refused
+
+        for_lead, _ = await broker.ask(
+            AskSpec(kind=Kind.APPROVAL, text="Restart", to=["lead"], channels=["ntfy"])
+        )
+        await tap(button(await notified(stand, request=for_lead), "Approve"))
+        done = await settled(broker, for_lead.id)
+        assert (done.approved, done.person, done.on_behalf_of) == (True, "olive", "lead")
+
+
+async def _count(broker: Broker, request_id: str, count: int) -> bool:
+    return len(await broker.store.replies(request_id)) >= count

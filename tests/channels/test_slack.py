@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 import anyio
 import httpx2
 import pytest
+from mcp import Client
 
 from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.channels import slack
@@ -25,11 +26,12 @@ from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.config import ConfigError, parse_config
 from hitl_mcp.core.models import Kind, Request, Status
 from hitl_mcp.core.results import next_step
-from mcp import Client
+from hitl_mcp.core.store import Engine
 from tests.conftest import PYTHON, ROOT, TOKEN, api_client, make_config, running
 from tests.support.agent import approval_while
 from tests.support.events import until
 from tests.support.harness import channel_broker, sent_row
+from tests.support.people import credited
 from tests.support.serve import serving
 from tests.support.slack import (
     APP_TOKEN,
@@ -683,9 +685,7 @@ async def test_end_to_end_through_the_mcp_tools(
             reply = await api.post(f"/api/requests/{asked['request_id']}/reply", json={"text": "blue"})
             assert reply.status_code == 200, reply.text
             await until(lambda: second.versions, stand.changes)
-            assert (
-                "Answered via web by web inbox user at" in second.all_text() and "“blue”" in second.all_text()
-            )
+            assert "Answered via web by operator at" in second.all_text() and "“blue”" in second.all_text()
             assert not [b for b in second.blocks if b["type"] in ("input", "actions")]
             assert stand.called("chat.update")[-1].args["ts"] == second.ts
 
@@ -758,3 +758,26 @@ def test_config_errors_say_what_is_valid_and_show_no_secret(block: str, message:
     assert message in str(failed.value)
     assert str(failed.value).startswith("hitl.yaml:2: channels.slack")
     assert "secret-value" not in str(failed.value)
+
+
+# --------------------------------------------------------------------- people: credit by the user id
+
+
+async def test_a_person_is_credited_by_their_user_id_once_and_as_a_delegate(
+    tmp_path: Path, slack_standin: tuple[SlackStandin, str], engine: Engine | None
+) -> None:
+    """people: holds the bare user id; the responder shows "@sam (U0SAM)": the vote is still sam's."""
+    stand, url = slack_standin
+    channel = lambda hub: slack.Channel("slack", slack_config(url), hub)  # noqa: E731
+    async with channel_broker(tmp_path, channel, store=engine) as broker:
+        by_person = {"olive": SAM, "backup": ANA}
+
+        async def vote(asked: Request, who: str) -> None:
+            told = len(stand.ephemerals)
+            message = await delivered(stand, broker, asked)
+            await stand.push("interactive", stand.click(message, by_person[who], "approve"))
+            await until(lambda: len(stand.ephemerals) > told or stand.messages[0].versions, stand.changes)
+
+        done = await credited(broker, "slack", by_person, vote)
+        assert [v.responder for v in done.votes] == ["@sam (U0SAM)", "@ana (U0ANA)"]
+        assert stand.ephemerals[1]["text"] == "Not recorded: olive already voted."

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -28,10 +29,11 @@ from hitl_mcp.channels.telegram.render import compose
 from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.config import ConfigError, parse_config
 from hitl_mcp.core.models import Kind, Request, Status
-from mcp import Client
+from hitl_mcp.core.store import Engine
 from tests.conftest import api_client, cli, make_config, running
 from tests.support.agent import approval_while
 from tests.support.harness import channel_broker, sent_row, watching
+from tests.support.people import credited
 from tests.support.serve import serving
 from tests.support.telegram_standin import (
     ANA,
@@ -689,7 +691,7 @@ async def test_end_to_end_the_agents_call_returns_the_tap(
             reply = await api.post(f"/api/requests/{asked['request_id']}/reply", json={"text": "blue"})
             assert reply.status_code == 200, reply.text
             await edited(stand, second)
-            assert "Answered via web by web inbox user at" in second.text and "“blue”" in second.text
+            assert "Answered via web by operator at" in second.text and "“blue”" in second.text
             assert second.reply_markup is None
 
 
@@ -756,3 +758,24 @@ async def test_the_standin_speaks_the_bot_api(standin: tuple[TelegramStandin, st
             f"{base}/getUpdates", json={"offset": update["update_id"] + 1, "timeout": 0}
         )
         assert confirmed.json()["result"] == [] and stand.updates == []
+
+
+# --------------------------------------------------------------------------- people: credit by user id
+
+
+async def test_a_person_is_credited_by_their_user_id_once_and_as_a_delegate(
+    tmp_path: Path, standin: tuple[TelegramStandin, str], engine: Engine | None
+) -> None:
+    """people: holds the bare user id; the responder shows "@sam (…)": the vote is still the person's."""
+    stand, url = standin
+    async with channel_broker(tmp_path, tg(tg_config(url)), store=engine) as broker:
+        by_person = {"olive": SAM, "backup": ANA}
+
+        async def vote(asked: Request, who: str) -> None:
+            message = await delivered(stand, broker, asked)
+            await toast(stand, stand.press(message, "Approve", by_person[who]))
+
+        done = await credited(broker, "telegram", {p: str(i) for p, i in by_person.items()}, vote)
+        assert all(v.responder.endswith(f"({by_person[v.person]})") for v in done.votes), done.votes
+        toasts = [t["text"] for t in stand.toasts]
+        assert toasts[1] == "Not recorded: olive already voted.", toasts

@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client
 from twilio.request_validator import RequestValidator
 
 from hitl_mcp.broker import AskSpec, Broker
@@ -35,10 +36,11 @@ from hitl_mcp.channels.twilio_sms import (
 )
 from hitl_mcp.config import ConfigError, effective_config, load_config, parse_config
 from hitl_mcp.core.models import Kind, Reply, Request, Status, now
-from mcp import Client
+from hitl_mcp.core.store import Engine
 from tests.conftest import ROOT, make_config, running
 from tests.support.events import until
 from tests.support.harness import channel_broker, watching
+from tests.support.people import credited
 from tests.support.twilio import ACCOUNT_SID, AUTH_TOKEN, NUMBER, Failure, TwilioStandIn, serving
 
 pytestmark = pytest.mark.anyio
@@ -686,3 +688,23 @@ def test_the_mode_picks_polling_or_the_webhook() -> None:
     assert polls("auto", None) and not polls("auto", PUBLIC)
     assert polls("poll", PUBLIC) and not polls("webhook", PUBLIC)
     assert polls("webhook", None)  # nothing could reach the webhook: it polls, with a warning
+
+
+# ------------------------------------------------------------------------------------ people
+
+
+async def test_a_person_is_credited_by_their_number_once_and_as_a_delegate(
+    tmp_path: Path, engine: Engine | None
+) -> None:
+    standin = TwilioStandIn(SID, TOKEN, OURS)
+    sms = lambda hub: Channel("sms", sms_config(standin.url, to=[ALICE, BOB]), hub)  # noqa: E731
+    async with serving(standin), channel_broker(tmp_path, sms, start=False, store=engine) as broker:
+        w = World(standin, broker, broker.channels["sms"])  # type: ignore[arg-type]
+        by_person = {"olive": ALICE, "backup": BOB}
+
+        async def vote(asked: Request, who: str) -> None:
+            await w.event(asked.id, "delivered")
+            await w.text(by_person[who], f"YES {await w.code(asked.id)}")
+
+        await credited(broker, "sms", by_person, vote)
+        assert "Not recorded: olive already voted." in w.standin.texts_to(ALICE)

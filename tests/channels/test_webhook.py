@@ -23,6 +23,7 @@ import anyio.to_thread
 import httpx2
 import jsonschema
 import pytest
+from mcp import Client
 from standardwebhooks import Webhook, WebhookVerificationError
 from starlette.applications import Starlette
 from starlette.requests import Request as HttpRequest
@@ -37,11 +38,12 @@ from hitl_mcp.config import ConfigError, parse_config
 from hitl_mcp.core.escalation import Policy
 from hitl_mcp.core.models import Kind, Request, Status
 from hitl_mcp.core.quorum import Quorum
-from mcp import Client
+from hitl_mcp.core.store import Engine
 from tests.conftest import PYTHON, TOKEN, api_client, make_config, running
 from tests.support.agent import approval_while
 from tests.support.events import Changes, until
 from tests.support.harness import ChannelFactory, channel_broker, sent_row
+from tests.support.people import credited
 from tests.support.serve import serving
 
 pytestmark = pytest.mark.anyio
@@ -657,3 +659,24 @@ async def test_quorum_votes_say_the_count(tmp_path: Path, receiver: Receiver) ->
         assert last.status_code == 200 and last.json()["outcome"] == "answered"
         settled = await broker.get_or_raise(request.id)
         assert settled.approved is True and [v.person for v in settled.votes] == ["lead", "owner"]
+
+
+async def test_a_person_is_credited_by_the_signed_responder_once_and_as_a_delegate(
+    tmp_path: Path, receiver: Receiver, engine: Engine | None
+) -> None:
+    config = hook_config(receiver.url)
+    async with channel_broker(
+        tmp_path, lambda hub: webhook.Channel("hook", config, hub), public_url=PUBLIC, store=engine
+    ) as broker:
+        app = Starlette(routes=[Mount("/webhooks/hook", routes=broker.channels["hook"].routes())])
+        async with serving(app) as base:
+            by_person = {"olive": "olive@example.com", "backup": "backup@example.com"}
+            said: list[httpx2.Response] = []
+
+            async def vote(asked: Request, who: str) -> None:
+                body = {"request_id": asked.id, "responder": by_person[who], "decision": "approve"}
+                said.append(await reply(base, body))
+
+            await credited(broker, "hook", by_person, vote)
+            assert [r.status_code for r in said] == [200, 409, 200]
+            assert said[1].json()["reason"] == "olive already voted"

@@ -14,9 +14,9 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
+from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from mcp import Client, StdioServerParameters
 from tests.conftest import (
     PYTHON,
     ROOT,
@@ -49,7 +49,8 @@ async def test_inbox_prints_a_login_link_that_works(tmp_path: Path, state_dir: P
     assert (code, out) == (0, link + "\n")
     assert err.startswith(f"hitl-mcp: nothing answers at http://127.0.0.1:{port} yet (")
     assert err.endswith(
-        "start the server with hitl-mcp serve --transport http, or start the MCP host that runs it\n"
+        "start the server (make run, or hitl-mcp serve --transport http), or the MCP host that runs it; a "
+        "server on another port is found by its state directory (--state-dir), or give --port or $HITL_PORT\n"
     )
 
     async with server_process(serve_args(config, "--transport", "http"), server_env(state_dir)):
@@ -63,6 +64,31 @@ async def test_inbox_prints_a_login_link_that_works(tmp_path: Path, state_dir: P
             f"hitl-mcp: the server at http://127.0.0.1:{port} does not take this token: it runs with another "
             "state directory or web token (see --state-dir, $HITL_WEB_TOKEN, channels.<web>.token)\n"
         )
+
+
+async def test_the_other_verbs_find_the_port_make_run_chose(state_dir: Path) -> None:
+    """``make run PORT=P`` is ``serve --transport http --port P``: then ``inbox`` and ``agent add``,
+    typed with no --port and no config, name P (the server records where it listens in the state
+    directory), and once it has stopped, the config's port again, with the ways to name another."""
+    port = free_port()
+    link = f"http://127.0.0.1:{port}/login?token={TOKEN}"
+    make_run = ["-m", "hitl_mcp", "serve", "--transport", "http", "--port", str(port)]
+    async with server_process(make_run, server_env(state_dir)) as server:
+        assert await hitl(state_dir, "inbox") == (0, link + "\n", "")
+        code, out, err = await hitl(state_dir, "agent", "add", "laptop")
+        assert code == 0, err
+        assert f"Connect a host to http://127.0.0.1:{port}/mcp with it" in out
+        assert f"claude mcp add --transport http hitl http://127.0.0.1:{port}/mcp --header" in out
+        # --port and $HITL_PORT still say where to look
+        other = free_port()
+        for how in ({"args": ["--port", str(other)]}, {"env": {"HITL_PORT": str(other)}}):
+            code, out, _ = await hitl(state_dir, "inbox", *how.get("args", []), **how.get("env", {}))
+            assert out.startswith(f"http://127.0.0.1:{other}/login")
+        server.process.terminate()
+        await server.process.wait()
+    code, out, err = await hitl(state_dir, "inbox")
+    assert out.startswith("http://127.0.0.1:8765/login") and "--port or $HITL_PORT" in err
+    assert list((state_dir / "listening").iterdir()) == []  # what it recorded went with it
 
 
 async def test_the_generated_token_is_the_one_the_server_uses(tmp_path: Path, state_dir: Path) -> None:

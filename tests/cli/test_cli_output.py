@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import Implementation
 
-from mcp import Client, StdioServerParameters
 from tests.conftest import PYTHON, cli, free_port, running, sc, serve_args, server_env, write_config
 
 pytestmark = pytest.mark.anyio

@@ -10,11 +10,14 @@ import re
 from pathlib import Path
 
 import pytest
+from mcp import Client
 from mcp.types import Implementation
 
-from hitl_mcp.core.models import canonical_json
-from mcp import Client
-from tests.conftest import cli, running, sc
+from hitl_mcp.broker import AskSpec
+from hitl_mcp.config import load_config
+from hitl_mcp.core.models import Kind, canonical_json
+from hitl_mcp.core.quorum import Quorum
+from tests.conftest import cli, free_port, running, sc, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -123,3 +126,35 @@ async def test_history_says_approved_or_denied_and_never_none(state_dir: Path) -
     assert re.fullmatch(r"answered “eu-west-1” by \S+ \(terminal\) via cli at 20.+Z", outcome(question))
     note = next(second.strip() for first, second in said.items() if "Backup done" in first)
     assert re.fullmatch(r"notification, sent to web at 20.+Z", note), note
+
+
+async def test_the_os_user_is_a_person_at_the_terminal(state_dir: Path, tmp_path: Path) -> None:
+    """people: {olive: {terminal: <the OS user>}}: `approve` votes as olive, once, and stands in for
+    lead while lead is away."""
+    import getpass
+
+    extra = f"""
+people:
+  olive: {{terminal: {getpass.getuser()}}}
+  lead: {{web: x}}
+delegations: [{{from: lead, to: olive, until: 2099-01-01}}]
+"""
+    config = write_config(tmp_path / "hitl.yaml", free_port(), "channels:\n  web: {type: web}\n" + extra)
+    async with running(state_dir, load_config(config)) as rt:
+        broker = await rt.broker()
+        two = AskSpec(
+            kind=Kind.APPROVAL, text="Rotate keys", approvals=Quorum(required=2, of=["olive", "lead"])
+        )
+        both, _ = await broker.ask(two)
+        code, out, err = await cli(state_dir, "approve", both.id, "--config", str(config))
+        assert code == 0, err
+        assert out == f"{both.id}: vote recorded: 1 of 2 approvals — waiting for lead\n"
+        code, out, err = await cli(state_dir, "approve", both.id, "--config", str(config))
+        assert code == 1 and "olive already voted" in err
+        voted = await broker.get_or_raise(both.id)
+        assert [(v.person, v.on_behalf_of, v.channel) for v in voted.votes] == [("olive", None, "cli")]
+
+        for_lead, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Restart", to=["lead"]))
+        assert (await cli(state_dir, "approve", for_lead.id, "--config", str(config)))[0] == 0
+        done = await broker.get_or_raise(for_lead.id)
+        assert (done.approved, done.person, done.on_behalf_of) == (True, "olive", "lead")

@@ -7,8 +7,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
 from mcp import Client
+
 from tests.conftest import TOKEN, bearer, free_port, sc, serve_args, server_env, server_process
 from tests.conftest import cli as hitl
 
@@ -68,9 +68,7 @@ async def test_answering_verbs_need_the_token_and_go_through_the_server(
         code, out, err = await hitl(state_dir, "answer", qid, "eu-west-1", *cfg)  # $HITL_WEB_TOKEN
         assert code == 0 and out == f"{qid}: eu-west-1\n", err
         code, _, err = await hitl(state_dir, "answer", qid, "us-east-1", *cfg)
-        assert code == 1 and err.startswith(
-            "hitl-mcp: not recorded: already answered by web inbox user via web"
-        )
+        assert code == 1 and err.startswith("hitl-mcp: not recorded: already answered by operator via web")
 
         async with Client(bearer(f"{url}/mcp")) as client:
             pending = sc(await client.call_tool("ask_user", {"question": "Later?", "wait_seconds": 0}))
@@ -78,9 +76,9 @@ async def test_answering_verbs_need_the_token_and_go_through_the_server(
         replies = db.execute("SELECT request_id, channel, responder, won FROM replies ORDER BY id").fetchall()
     # every reply came in through the server's API (the web channel), none from the CLI's own process
     assert replies == [
-        (aid, "web", "web inbox user", 1),
-        (qid, "web", "web inbox user", 1),
-        (qid, "web", "web inbox user", 0),
+        (aid, "web", "operator", 1),
+        (qid, "web", "operator", 1),
+        (qid, "web", "operator", 0),
     ]
 
     # the server is gone: the CLI says so, and does not fall back to writing the database

@@ -217,7 +217,8 @@ def test_unknown_nested_key() -> None:
 def test_unknown_key_in_a_channel_lists_that_channels_keys() -> None:
     e = error("channels:\n  web:\n    type: web\n    tokn: abc\n")
     assert (
-        str(e) == "hitl.yaml:4: channels.web.tokn: unknown key 'tokn'; valid keys: type, token, session_ttl"
+        str(e) == "hitl.yaml:4: channels.web.tokn: unknown key 'tokn'; valid keys: type, token, session_ttl, "
+        "operator_answers"
     )
 
 
@@ -739,3 +740,25 @@ def test_state_dir_from_config_expands_user_and_is_relative_to_the_file(
 def test_the_effective_config_says_a_store_url_without_its_password() -> None:
     config = parse("server:\n  store: postgresql://app:hunter2@db:5432/hitl?sslpassword=x\n")
     assert effective_config(config)["server"]["store"] == "postgresql://app:***@db:5432/hitl"
+
+
+def test_oauth_needs_a_public_url_and_an_issuer_that_is_builtin_or_a_url() -> None:
+    config = parse("server: {public_url: 'https://hitl.example.com', oauth: {issuer: builtin}}")
+    assert config.server.oauth is not None and config.server.oauth.builtin
+    assert config.server.oauth.access_token_ttl == 3600 and config.server.oauth.leeway == 30
+    assert "server.oauth needs server.public_url" in str(error("server: {oauth: {issuer: builtin}}"))
+    message = str(error("server: {public_url: 'https://h.example.com', oauth: {issuer: 'idp.example.com'}}"))
+    assert "server.oauth.issuer: expected an http:// or https:// URL" in message
+    secret = "s3cret-value-0123456789"
+    config = parse(
+        "server: {public_url: 'https://h.example.com', oauth: {issuer: 'https://idp.example.com/realms/t',"
+        f" introspection: {{url: 'https://idp.example.com/i', client_id: hitl, client_secret: {secret}}}}}}}"
+    )
+    assert config.server.oauth is not None and config.server.oauth.introspection is not None
+    assert secret not in repr(config)
+
+
+def test_a_person_may_have_an_oauth_identity_and_no_other_unknown_key() -> None:
+    config = parse("people:\n  ana: {oauth: 'f3b2c9e0', web: ana}\n")
+    assert config.people["ana"]["oauth"] == "f3b2c9e0"
+    assert "people.ana.oath: unknown channel 'oath'" in str(error("people:\n  ana: {oath: 'x'}\n"))

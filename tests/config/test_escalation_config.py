@@ -168,7 +168,8 @@ def test_a_ladder_with_people_and_choices() -> None:
               owner: {slack: U123}
             """,
             8,
-            "people.owner.slack: unknown channel 'slack' (a channel name or type); configured channels: web, "
+            "people.owner.slack: unknown channel 'slack' (a channel name or type, or terminal for the OS "
+            "user); configured channels: web, "
             "phone, mail",
         ),
         (

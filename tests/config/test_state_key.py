@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client, MCPError
+from mcp import types as mcp_types
 
 from hitl_mcp.config import ConfigError, parse_config
 from hitl_mcp.kit.state_key import ENV, STATE_KEY_FILE, BadStateKey, request_state_keys
 from hitl_mcp.mcp.host_forms import FORM_KEY
 from hitl_mcp.runtime import ConfigRefused, Runtime
-from mcp import Client, MCPError
-from mcp import types as mcp_types
 from tests.conftest import TOKEN, cli, free_port, running, write_config
 from tests.mcp.test_elicitation import Host, accept
 

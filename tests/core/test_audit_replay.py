@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client
 
 from hitl_mcp.broker import AskSpec, Broker
 from hitl_mcp.broker import broker as broker_module
@@ -40,7 +41,6 @@ from hitl_mcp.core.quorum import Quorum
 from hitl_mcp.core.store import Engine
 from hitl_mcp.store.rows import BODY_FIELDS, votes_json
 from hitl_mcp.store.sqlite import SqliteStore
-from mcp import Client
 from tests.conftest import api_client, cli, make_config, running, sc
 from tests.support.events import until
 from tests.support.harness import channel_broker, watching

@@ -330,7 +330,7 @@ delegations:
         rows = [
             (r.event, r.actor, r.data) for r in await broker.history.audit() if r.event == "delegation_ended"
         ]
-        assert rows == [("delegation_ended", "web inbox user", {"from": "backup", "to": "lead"})]
+        assert rows == [("delegation_ended", "operator", {"from": "backup", "to": "lead"})]
         again = await web.post("/delegations/owner/end", data=form(csrf(rt, web)))
         assert again.status_code == 404
         assert "backup → lead" not in (await web.get("/")).text
@@ -369,11 +369,9 @@ async def test_the_inbox_sets_a_delegation_as_the_cli_does(state_dir: Path) -> N
         # the next request to owner goes to backup
         assert await delegated_to(broker, "owner") == [{"person": "owner", "to": "backup"}]
         (stored,) = await delegation.stored(broker.store)
-        assert (stored.from_, stored.to, stored.set_by) == ("owner", "backup", "web inbox user")
+        assert (stored.from_, stored.to, stored.set_by) == ("owner", "backup", "operator")
         rows = [(r.actor, r.data) for r in await broker.history.audit() if r.event == "delegation_set"]
-        assert rows == [
-            ("web inbox user", {"from": "owner", "to": "backup", "until": "2099-01-01T09:30:00.000Z"})
-        ]
+        assert rows == [("operator", {"from": "owner", "to": "backup", "until": "2099-01-01T09:30:00.000Z"})]
         page = (await web.get("/")).text
         assert "owner → backup" in page and 'action="/delegations/owner/end"' in page
 

@@ -273,16 +273,17 @@ async def test_the_default_reminder_sends_again_saying_still_waiting() -> None:
 
 
 async def test_the_tools_take_people_and_the_config_s_ladder(state_dir: Path) -> None:
-    from hitl_mcp.web import WEB_RESPONDER
     from mcp import Client
-    from tests.conftest import api_client, make_config, running, sc
 
-    extra = f"""
+    from tests.conftest import make_config, running, sc
+    from tests.web.test_inbox_pages import browser_like
+
+    extra = """
 people:
-  owner: {{web: "{WEB_RESPONDER}"}}
+  owner: {terminal: owner}
 escalation:
   default:
-    steps: [{{at: 50%, remind: true}}]
+    steps: [{at: 50%, remind: true}]
     on_timeout: keep_pending
 """
     async with running(state_dir, make_config(extra)) as rt, Client(rt.build_mcp()) as client:
@@ -293,17 +294,17 @@ escalation:
         assert request.channels == ["web"] and request.expires_at is None
         (step,) = await (await rt.broker()).store.steps(request.id)
         assert step.due_at == pytest.approx(request.created_at + 86400 / 2)  # half of ask_user's 24h
-        async with api_client(rt) as api:
+        async with browser_like(rt, person="owner") as owner:  # signed in with a passkey
             assert (
-                await api.post(f"/api/requests/{request.id}/reply", json={"text": "yes"})
+                await owner.post(f"/api/requests/{request.id}/reply", json={"text": "yes"})
             ).status_code == 200
         answered = [r for r in await (await rt.broker()).history.audit(request.id) if r.event == "answered"]
-        assert answered[0].actor == WEB_RESPONDER and answered[0].data["person"] == "owner"
+        assert answered[0].actor == "owner" and answered[0].data["person"] == "owner"
         assert [s.status for s in await (await rt.broker()).store.steps(request.id)] == ["cancelled"]
         waited = sc(
             await client.call_tool("wait_for_response", {"request_id": request.id, "wait_seconds": 0})
         )
-        assert (waited["responder"], waited["person"]) == (WEB_RESPONDER, "owner")
+        assert (waited["responder"], waited["person"]) == ("owner", "owner")
 
         wrong = await client.call_tool("ask_user", {"question": "Who?", "to": ["nobody"], "wait_seconds": 0})
         assert wrong.is_error and "unknown person 'nobody'; people: owner" in wrong.content[0].text  # type: ignore[union-attr]

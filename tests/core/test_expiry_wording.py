@@ -35,7 +35,7 @@ def expired(kind: Kind, default: str | None = None) -> Request:
 SURFACES: dict[str, Callable[[Request], str]] = {
     "slack": lambda r: slack_line(r, "slack"),
     "telegram": lambda r: telegram_line(r, "telegram"),
-    "ntfy": lambda r: ntfy_outcome(r, "ntfy")[1],
+    "ntfy": lambda r: ntfy_outcome(r)[1],
     "sms": lambda r: sms_text(r, "K7"),
     "email": follow_up_text,
     "web inbox": web_line,

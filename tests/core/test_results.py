@@ -190,6 +190,7 @@ def test_structured_outcome_of_an_answered_question() -> None:
         "choice": "eu",
         "approved": None,
         "payload_sha256": None,
+        "preview_sha256": None,
         "comment": "closest",
         "responder": "alice",
         "channel": "slack",

@@ -23,12 +23,12 @@ import anyio
 import httpx2
 import jsonschema
 import pytest
+from mcp import Client
 
 from hitl_mcp import __version__
 from hitl_mcp.channels import channel_types
 from hitl_mcp.cli.main import build_parser
 from hitl_mcp.config import ConfigError, parse_config, resolve_http_port
-from mcp import Client
 from tests.conftest import (
     PYTHON,
     ROOT,
@@ -180,7 +180,7 @@ def test_examples_run_from_a_clone() -> None:
         # nothing that uvx would not pass on, and no config file that nothing creates
         assert set(entry.get("env", {})) <= {"HITL_WEB_TOKEN"}, path.name
         assert f"(examples/{path.name})" in readme, f"README's host table lacks {path.name}"
-        assert f'--8<-- "examples/{path.name}"' in hosts, f"docs/hosts.md does not show {path.name}"
+        assert f"<!-- examples/{path.name} -->" in hosts, f"docs/hosts.md does not show {path.name}"
 
 
 # --- consistency ------------------------------------------------------------------------------------
@@ -486,7 +486,9 @@ def test_docs_pages_have_no_repeated_sections(path: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("path", [README, ROOT / "docs" / "hosts.md"], ids=_name)
+@pytest.mark.parametrize(
+    "path", [README, ROOT / "docs" / "hosts.md", ROOT / "docs" / "getting-started.md"], ids=_name
+)
 def test_inspector_examples_use_the_inspector_the_tests_run(path: Path) -> None:
     """tests/e2e/test_ts_client.py drives this Inspector version's CLI: its options, then `--`, then the
     server's command (whose --config is not the Inspector's)."""
@@ -497,4 +499,8 @@ def test_inspector_examples_use_the_inspector_the_tests_run(path: Path) -> None:
         words = shlex.split(command)
         assert words[:3] == ["-y", f"@modelcontextprotocol/inspector@{pinned}", "--cli"], command
         assert "--method" in words and words.index("--") > words.index("--method"), command
-        assert words[words.index("--") + 1 :][:4] == ["uvx", "--from", CLONE, "hitl-mcp"], command
+        server = words[words.index("--") + 1 :]
+        # the clone through uv, or the command on the PATH (the README's, after make run)
+        assert server[:4] == ["uvx", "--from", CLONE, "hitl-mcp"] or server[:2] == ["hitl-mcp", "serve"], (
+            command
+        )

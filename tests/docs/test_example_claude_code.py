@@ -10,11 +10,11 @@ import re
 from pathlib import Path
 
 import pytest
+from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from mcp import Client, StdioServerParameters
 from tests.conftest import PYTHON, ROOT, cli, free_port, serve_args, server_env, server_process, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docs]

@@ -28,9 +28,12 @@ def test_no_module_is_over_400_lines() -> None:
 
 #: what each floor may import of the project, besides itself and ``hitl_mcp`` (the version). Read top
 #: to bottom: cli -> gate -> serving -> runtime -> {mcp, web} -> {broker, config} -> {channels, store}
-#: -> {core, kit}. Faces never import each other; core imports nothing of the project.
+#: -> {core, kit}. Faces never import each other; core imports nothing of the project; client (beside
+#: the house) imports no other floor, and no floor imports it.
 BELOW: dict[str, set[str]] = {
     "core": set(),
+    # a client for programs that are not MCP hosts: it speaks MCP to a server, and stands on no floor
+    "client": set(),
     "kit": {"core"},
     "channels": {"core", "kit"},
     "store": {"core", "kit"},
@@ -106,7 +109,11 @@ def test_the_core_does_no_io_and_speaks_no_protocol() -> None:
 
 
 def test_every_module_is_in_a_floor_and_the_top_level_is_small() -> None:
-    top = sorted(p.name for p in SRC.iterdir() if p.name not in ("__pycache__", "__init__.py", "py.typed"))
+    top = sorted(
+        p.name
+        for p in SRC.iterdir()
+        if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.name != "__init__.py"
+    )
     floors = {p.removesuffix(".py") for p in top}
     assert floors <= set(BELOW), f"not in a floor of tests/docs/test_house.py: {floors - set(BELOW)}"
     assert len(top) <= 16, top
@@ -128,3 +135,60 @@ def test_module_names_written_as_strings_exist() -> None:
         assert callable(getattr(importlib.import_module(module), attr))
     for name in names:
         importlib.import_module(name)
+
+
+def _edges() -> dict[str, set[str]]:
+    """module -> the modules of the package it imports: ``from a.b import c`` is an import of ``a.b.c``
+    when that is a module, else of ``a.b``."""
+    import ast
+
+    paths = {}
+    for path in sorted(SRC.rglob("*.py")):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {m: set() for m in paths}
+    for module, path in paths.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    name = f"{node.module}.{alias.name}"
+                    targets.append(name if name in paths else node.module)
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            graph[module] |= {t for t in targets if t in paths and t != module}
+    return graph
+
+
+def test_no_import_circles() -> None:
+    """No two modules import each other, directly or round a circle (lazy and type-only imports
+    count): a circle means an idea lives in the wrong module."""
+    graph = _edges()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    assert circles == [], circles

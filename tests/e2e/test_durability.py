@@ -11,9 +11,9 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from mcp import Client, StdioServerParameters
 from tests.conftest import (
     PYTHON,
     TOKEN,
@@ -64,7 +64,11 @@ async def test_two_processes_share_one_database(tmp_path: Path, state_dir: Path)
                         r = await http.post(f"{base}/{pending['id']}/reply", json={"text": "via A"})
                         assert r.status_code == 200
                 assert out["status"] == "answered" and out["answer"] == "via A"
-    assert "is already in use" in (tmp_path / "b.err").read_text()
+    said = (tmp_path / "b.err").read_text()  # b shares a's inbox, and says so as what it is: all is well
+    assert (
+        f"the inbox at http://127.0.0.1:{port} is served by another hitl-mcp on this state directory" in said
+    )
+    assert "not a hitl-mcp" not in said and "already in use" not in said
 
 
 async def test_sigkill_and_restart_loses_nothing(tmp_path: Path, state_dir: Path) -> None:

@@ -16,8 +16,8 @@ import anyio
 import anyio.to_thread
 import httpx2
 import pytest
-
 from mcp import Client
+
 from tests.conftest import (
     PYTHON,
     ROOT,

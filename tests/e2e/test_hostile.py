@@ -18,10 +18,10 @@ import anyio.to_thread
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mcp import Client
 
 from hitl_mcp.broker import AskSpec
 from hitl_mcp.core.models import Kind, Status
-from mcp import Client
 from tests.conftest import api_client, running, text_of
 
 pytestmark = pytest.mark.anyio

@@ -1,7 +1,8 @@
 """Quorum end to end: a real MCP client asks a real ``hitl-mcp serve`` for two approvals, a person
 votes through the HTTP API, and the inbox and the tool results say where the count stands.
 
-The web inbox answers as one identity ("web inbox user"): the config makes it the person ``lead``.
+People vote from their own inbox sessions (a passkey sign-in, as ``browser_like(person=...)`` leaves
+it); the operator's web token fills no seat.
 """
 
 from __future__ import annotations
@@ -29,20 +30,21 @@ from tests.conftest import (
     text_of,
     write_config,
 )
+from tests.support.people import session_of
 from tests.web.test_inbox_pages import browser_like, csrf, form
 
 pytestmark = pytest.mark.anyio
 
 PEOPLE = """
 people:
-  lead: {web: "web inbox user"}
-  security: {web: "security-at-the-inbox"}
+  lead: {terminal: lead}
+  security: {terminal: security}
 """
 WAITING = "1 of 2 approvals — waiting for security"
 
 
 async def test_the_inbox_shows_the_count_and_refuses_a_second_vote(state_dir: Path) -> None:
-    async with running(state_dir, make_config(PEOPLE)) as rt, browser_like(rt) as web:
+    async with running(state_dir, make_config(PEOPLE)) as rt, browser_like(rt, person="lead") as web:
         broker = await rt.broker()
         request, _ = await broker.ask(
             AskSpec(
@@ -51,13 +53,15 @@ async def test_the_inbox_shows_the_count_and_refuses_a_second_vote(state_dir: Pa
                 approvals=Quorum(required=2, of=["lead", "security"]),
             )
         )
-        async with api_client(rt) as api:
+        async with api_client(rt) as api:  # the operator's token: no seat
             r = await api.post(f"/api/requests/{request.id}/reply", json={"decision": "approve"})
-            assert r.status_code == 200, r.text
-            assert r.json()["status"] == "pending"
-            assert r.json()["message"] == f"Vote recorded ({WAITING}): Rotate the prod keys"
-            votes = r.json()["request"]["outcome"]["votes"]
-            assert [(v["person"], v["channel"], v["decision"]) for v in votes] == [("lead", "web", "approve")]
+            assert r.status_code == 403 and "operator is not one of the approvers" in r.text, r.text
+        r = await web.post(f"/api/requests/{request.id}/reply", json={"decision": "approve"})
+        assert r.status_code == 200, r.text
+        assert r.json()["status"] == "pending"
+        assert r.json()["message"] == f"Vote recorded ({WAITING}): Rotate the prod keys"
+        votes = r.json()["request"]["outcome"]["votes"]
+        assert [(v["person"], v["channel"], v["decision"]) for v in votes] == [("lead", "web", "approve")]
         for page in ("/", f"/requests/{request.id}"):
             html = (await web.get(page)).text
             assert f'<p class="quorum" data-quorum>{WAITING}</p>' in html, page
@@ -88,7 +92,10 @@ async def test_an_agent_sees_the_votes_in_its_results(tmp_path: Path, state_dir:
         assert "0 of 2 approvals — waiting for lead or security." in text_of(asked)
         rid = pending["request_id"]
 
-        r = await api.post(f"/api/requests/{rid}/reply", json={"decision": "approve", "comment": "fine"})
+        lead = await session_of(state_dir, "lead", port, TOKEN)
+        r = await api.post(
+            f"/api/requests/{rid}/reply", json={"decision": "approve", "comment": "fine"}, headers=lead
+        )
         assert r.status_code == 200, r.text
         waited = await client.call_tool("wait_for_response", {"request_id": rid, "wait_seconds": 0})
         out = sc(waited)
@@ -103,7 +110,9 @@ async def test_an_agent_sees_the_votes_in_its_results(tmp_path: Path, state_dir:
             "request_approval", {"action": "Drop the table", "approvals": two, "wait_seconds": 0}
         )
         vid = sc(vetoed)["request_id"]
-        r = await api.post(f"/api/requests/{vid}/reply", json={"decision": "deny", "comment": "no"})
+        r = await api.post(
+            f"/api/requests/{vid}/reply", json={"decision": "deny", "comment": "no"}, headers=lead
+        )
         assert r.status_code == 200, r.text
         done = sc(await client.call_tool("wait_for_response", {"request_id": vid, "wait_seconds": 5}))
         assert done["status"] == "answered" and done["approved"] is False and done["person"] == "lead"

@@ -28,14 +28,14 @@ import anyio
 import httpx2
 import pytest
 import yaml
+from mcp import Client, MCPError
+from mcp import types as mcp_types
 from starlette.applications import Starlette
 from starlette.routing import Route
 
 from hitl_mcp.config import parse_config
 from hitl_mcp.mcp.host_forms import FORM_KEY
 from hitl_mcp.store.anchor import ANCHOR_FILE
-from mcp import Client, MCPError
-from mcp import types as mcp_types
 from tests.channels.test_webhook import SECRET, Receiver, signed
 from tests.conftest import ROOT, cli, sc
 from tests.mcp.test_elicitation import Host, accept

@@ -31,7 +31,7 @@ TOOLS = {"ask_user", "request_approval", "notify_user", "wait_for_response", "ca
 def node_project() -> None:
     missing = []
     if shutil.which("node") is None:
-        missing.append("node (Node 20)")
+        missing.append("node (Node 22.19 or newer)")
     installed = [
         TS / "node_modules" / "@modelcontextprotocol" / name for name in ("sdk", "client", "ext-tasks")
     ]
@@ -119,7 +119,7 @@ async def test_url_mode_offers_the_inbox_page_to_a_client_that_opens_links(tmp_p
     assert seen["page_names_action"]
     approval = seen["approval"]
     assert approval["status"] == "answered" and approval["approved"] is True
-    assert approval["channel"] == "web" and approval["responder"] == "web inbox user"
+    assert approval["channel"] == "web" and approval["responder"] == "operator"
     assert seen["completed"] == [shown["elicitationId"]]
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import anyio
 import pytest
+from mcp import Client
 from mcp.types import Implementation
 
 from hitl_mcp.broker import AskDefaults, Broker
 from hitl_mcp.core.models import Reply
 from hitl_mcp.store.sqlite import SqliteStore
-from mcp import Client
 from tests.conftest import TOKEN, bearer, free_port, serve_args, server_env, server_process, text_of
 from tests.gate.test_proxy import MARKER, Gate, connected
 from tests.mcp.test_elicitation import Host, accept

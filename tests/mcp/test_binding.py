@@ -11,11 +11,11 @@ from typing import Any
 
 import httpx2
 import pytest
+from mcp import Client
 from mcp.types import Implementation
 
 from hitl_mcp.config import parse_config
 from hitl_mcp.core.models import Status
-from mcp import Client
 from tests.conftest import (
     TOKEN,
     api_client,

@@ -18,6 +18,8 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client, MCPError, StdioServerParameters
+from mcp import types as mcp_types
 from mcp.client import ClientRequestContext
 
 from hitl_mcp.broker import AskSpec, Broker
@@ -29,8 +31,6 @@ from hitl_mcp.mcp.host_forms import FORM_KEY
 from hitl_mcp.runtime import Runtime
 from hitl_mcp.web.auth import WebAuth
 from hitl_mcp.web.links import RequestLinks
-from mcp import Client, MCPError, StdioServerParameters
-from mcp import types as mcp_types
 from tests.conftest import (
     PYTHON,
     TOKEN,
@@ -670,7 +670,7 @@ async def test_url_mode_link_opens_the_request_page_and_the_answer_there_wins(
                         rt, shown.url, {"decision": "deny", "comment": "not today"}
                     )
         assert out["status"] == "answered" and out["approved"] is False
-        assert (out["channel"], out["responder"], out["comment"]) == ("web", "web inbox user", "not today")
+        assert (out["channel"], out["responder"], out["comment"]) == ("web", "operator", "not today")
         assert shown.url.startswith(f"{INBOX}/link/") and "Drop the staging database" in shown.message
         assert "Drop the staging database" in page
         broker = await rt.broker()

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client
 from mcp.types import Implementation
 
 from hitl_mcp.core.asks import AskSpec
 from hitl_mcp.core.models import Kind, Status
-from mcp import Client
 from tests.conftest import TOKEN, bearer, running, sc
 from tests.mcp.test_elicitation import Host, accept, form_config
 from tests.mcp.test_tasks import MODERN, tasks_client

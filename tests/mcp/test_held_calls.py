@@ -14,10 +14,10 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
+from mcp import Client
 
 from hitl_mcp.core.models import Reply, Request
 from hitl_mcp.mcp import lean_sse
-from mcp import Client
 from tests.conftest import TOKEN, bearer, make_config, running
 from tests.support.events import Changes, until
 from tests.support.serve import serving

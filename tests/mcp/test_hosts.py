@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client
+from mcp import types as mcp_types
 from mcp.server.mcpserver import Context
 
 from hitl_mcp.config import Config, parse_config
 from hitl_mcp.mcp.hosts import CONSERVATIVE, HOSTS, PREFIXES, UNKNOWN, host_budget, host_entry
 from hitl_mcp.mcp.settings import call_budget
-from mcp import Client
-from mcp import types as mcp_types
 from tests.conftest import TOKEN, running
 
 pytestmark = pytest.mark.anyio

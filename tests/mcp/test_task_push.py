@@ -13,11 +13,11 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client
 from mcp.client.extension import ClientExtension, NotificationBinding
 
 from hitl_mcp.core.models import Reply
 from hitl_mcp.mcp.tasks.pace import MAX_POLL_SECONDS
-from mcp import Client
 from tests.conftest import make_config, running
 from tests.mcp.test_task_polls import Agent, meta, served
 from tests.mcp.test_tasks import raw

@@ -14,14 +14,14 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client, MCPError
+from mcp import types as mcp_types
 from mcp.client import ClientRequestContext
 from mcp_types import Implementation
 
 from hitl_mcp.core.models import Status
 from hitl_mcp.mcp.tasks import EXTENSION
 from hitl_mcp.runtime import Runtime
-from mcp import Client, MCPError
-from mcp import types as mcp_types
 from tests.conftest import api_client, make_config, running, sc, text_of
 from tests.mcp.test_elicitation import form_config
 from tests.tasks_client import TasksClient, cancel_task, get_task, start_task, update_task

@@ -12,10 +12,10 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client, StdioServerParameters
 from mcp_types import Implementation
 
 from hitl_mcp.mcp.tasks import EXTENSION
-from mcp import Client, StdioServerParameters
 from tests.conftest import (
     PYTHON,
     ROOT,

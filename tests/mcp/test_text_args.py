@@ -19,10 +19,10 @@ import httpx2
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from hitl_mcp.core.models import payload_sha256
-from mcp import Client, StdioServerParameters
 from tests.conftest import (
     PYTHON,
     TOKEN,

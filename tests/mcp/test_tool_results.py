@@ -7,8 +7,8 @@ from typing import Any
 
 import anyio
 import pytest
-
 from mcp import Client
+
 from tests.conftest import (
     TOKEN,
     bearer,

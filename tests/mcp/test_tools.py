@@ -7,9 +7,9 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client, MCPError
 
 from hitl_mcp.core.models import Status
-from mcp import Client, MCPError
 from tests.conftest import api_client, running, sc
 
 pytestmark = pytest.mark.anyio

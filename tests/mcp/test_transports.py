@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,10 @@ import anyio
 import httpx2
 import pytest
 from bench.cold_start import INITIALIZE, INITIALIZED, TOOLS_LIST  # the messages the bench times
-from mcp.client.sse import sse_client
-
 from mcp import Client, StdioServerParameters
+from mcp.client.sse import sse_client
+from mcp.client.stdio import stdio_client
+
 from tests.conftest import (
     PYTHON,
     TOKEN,
@@ -123,6 +125,24 @@ async def test_port_taken_by_another_process_fails_http_transport(tmp_path: Path
         f"hitl-mcp: port {port} on 127.0.0.1 is already in use (another hitl-mcp?): choose another port "
         "with --port, $HITL_PORT, server.http.port in the config, or make run PORT=<port>\n"
     )
+
+
+async def test_a_stdio_server_whose_port_another_program_holds_says_it_has_no_inbox(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    """Not another hitl-mcp on this state directory (whose inbox would do): this server's requests
+    have no inbox until it gets a port, and its one line says how."""
+    port = free_port()
+    config = write_config(tmp_path / "hitl.yaml", port)
+    params = StdioServerParameters(command=PYTHON, args=serve_args(config), env=server_env(state_dir))
+    with socket.socket() as holder, open(tmp_path / "err", "w") as errlog:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
+            assert "ask_user" in {tool.name for tool in (await client.list_tools()).tools}
+    said = (tmp_path / "err").read_text()
+    assert f"port {port} on 127.0.0.1 is taken by a program that is not a hitl-mcp on this state" in said
+    assert "runs without an inbox" in said and "--port, $HITL_PORT or server.http.port" in said
 
 
 async def test_refuses_non_loopback_without_token(tmp_path: Path, state_dir: Path) -> None:

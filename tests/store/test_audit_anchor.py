@@ -20,10 +20,10 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
+from mcp import Client
 
 from hitl_mcp.core.audit import row_hash
 from hitl_mcp.store.anchor import POST_TIMEOUT
-from mcp import Client
 from tests.conftest import api_client, cli, make_config, running, sc
 
 pytestmark = pytest.mark.anyio

@@ -15,11 +15,11 @@ from urllib.parse import urlsplit
 import anyio
 import httpx2
 import pytest
+from mcp import Client
 
 from hitl_mcp.core.store import StoreError
 from hitl_mcp.store.pg_schema import MIGRATIONS
 from hitl_mcp.store.postgres import NewerDatabase, PostgresStore
-from mcp import Client
 from tests.conftest import TOKEN, bearer, cli, free_port, sc, serve_args, server_env, server_process
 from tests.support.postgres import Cluster
 from tests.support.settle import verify_audit

@@ -180,6 +180,7 @@ async def test_create_stores_the_request_as_asked(engine: Engine) -> None:
         "channels": ["a", "b"],
         "payload_sha256": payload_sha256(payload),
         "expires_at": request.expires_at,
+        "owner": request.owner,  # who asked: the principal (an OAuth token's person, an agent...)
     }
 
 

@@ -49,6 +49,25 @@ async def test_credentials_are_kept_by_digest_one_live_per_name_and_audited(engi
     await verify_audit(store)
 
 
+async def test_an_expired_credential_is_not_found_by_any_process(engine: Engine) -> None:
+    """An OAuth code or token carries its expiry: past it the lookup refuses it, in every process,
+    though nobody revoked it; one without an expiry lives until revoked."""
+    store = engine.store
+    at = now()
+    await store.add_credential("oauth_access", "g1", token_digest("past" * 10), {}, "t", expires_at=at - 1)
+    live_digest = token_digest("live" * 10)
+    live = await store.add_credential("oauth_access", "g2", live_digest, {}, "t", expires_at=at + 60)
+    assert live.expires_at == pytest.approx(at + 60)
+    other = await engine.connect()
+    try:
+        assert await other.credential("oauth_access", token_digest("past" * 10)) is None
+        found = await other.credential("oauth_access", token_digest("live" * 10))
+        assert found is not None and found.name == "g2"
+    finally:
+        await other.close()
+    assert [c.name for c in await store.credentials("oauth_access")] == ["g2", "g1"]  # listed, both
+
+
 async def test_owners_from_before_principals_become_stdio_hosts(tmp_path: Path) -> None:
     """A database of the previous schema: its owners were stdio clients' names, its rules' agents
     too (``*`` stays any agent). After the migration they are ``stdio:<name>``."""
@@ -74,7 +93,16 @@ async def test_owners_from_before_principals_become_stdio_hosts(tmp_path: Path) 
     db.execute("UPDATE requests SET owner = 'claude-code'")
     db.execute("UPDATE rules SET agent = 'claude-code' WHERE agent = 'x'")
     db.execute("DROP TABLE credentials")
-    db.execute(f"PRAGMA user_version = {len(MIGRATIONS) - 1}")
+    # and what the migrations after it added (previews; people sign in: sessions' person, sign counts,
+    # proofs)
+    db.executescript(
+        "ALTER TABLE requests DROP COLUMN preview; ALTER TABLE requests DROP COLUMN preview_sha256;"
+        "ALTER TABLE replies DROP COLUMN preview_sha256;"
+        "ALTER TABLE web_sessions DROP COLUMN person; DROP TABLE sign_counts;"
+        " ALTER TABLE replies DROP COLUMN proof;"
+    )
+    before = next(i for i, m in enumerate(MIGRATIONS) if "CREATE TABLE credentials" in m)
+    db.execute(f"PRAGMA user_version = {before}")
     db.close()
 
     store = SqliteStore(path)

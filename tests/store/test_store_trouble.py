@@ -18,10 +18,10 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 
 from hitl_mcp.store import sqlite as sqlite_store
 from hitl_mcp.store.select import DB_FILE
-from mcp import Client
 from tests.conftest import (
     PYTHON,
     Heard,

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import Implementation
 
-from mcp import Client
 from tests.conftest import TOKEN, ServerProcess, free_port, serve_args, server_env, server_process
 from tests.support.haproxy import Balancer, balancer
 

@@ -8,6 +8,11 @@
 // middle; a new one, knowing nothing, completes the task), `form` (the host's form inside the task,
 // answered with tasks/update), `immediate` (a legacy client: no task).
 //
+// Through `hitl-mcp proxy` (HITL_SERVE_ARGS: the proxy's arguments, as JSON, in place of `serve`'s; stdio):
+// `gate` (a gated call of HITL_TOOL with HITL_TOOL_ARGS, answered HITL_DECISION once polled: the task's
+// result is the upstream's), `gate-cancel` (cancelled while the approval is pending), `gate-restart`
+// (the proxy restarts mid-task; the new one calls the upstream once approved).
+//
 // Environment: as client.mjs (HITL_PYTHON, HITL_CONFIG, HITL_STATE_DIR, HITL_WEB_TOKEN, HITL_API, HITL_ROOT).
 
 import { spawn } from "node:child_process";
@@ -24,7 +29,9 @@ const env = (name) => {
 const clientInfo = { name: "ts-tasks", version: "1.0.0" };
 const clientCapabilities = { extensions: { "io.modelcontextprotocol/tasks": {} } };
 const ENDPOINT = "hitl-mcp-under-test"; // one endpoint identity across restarts: the task is resumable
-const serveArgs = ["-m", "hitl_mcp", "serve", "--config", env("HITL_CONFIG")];
+const serveArgs = process.env.HITL_SERVE_ARGS
+  ? JSON.parse(process.env.HITL_SERVE_ARGS)
+  : ["-m", "hitl_mcp", "serve", "--config", env("HITL_CONFIG")];
 
 /** `hitl-mcp serve --transport http`, started as a host's launcher would; resolves once it listens. */
 function startHttpServer() {
@@ -248,7 +255,87 @@ async function immediate(kind) {
   }
 }
 
-const scenarios = { answer, cancel, restart, form, immediate };
+// --- through the proxy ------------------------------------------------------------------------
+
+const gateCall = () => [env("HITL_TOOL"), JSON.parse(env("HITL_TOOL_ARGS"))];
+
+// A gated call answered as a task; once the client has polled it, the person decides in the inbox.
+async function gate(kind) {
+  const { session, close, version } = await connect(kind);
+  const events = [];
+  let answered = null;
+  try {
+    const execution = await session.callTool(...gateCall());
+    const taskId = execution.handle?.taskId;
+    const { outcome } = await execution.settle({
+      onEvent: eventLog(events, (task) => {
+        answered ??= reply(task.taskId, { decision: env("HITL_DECISION") });
+      }),
+    });
+    await answered;
+    return { version, kind: execution.kind, taskId, events, result: resultFromTaskOutcome(outcome) };
+  } finally {
+    await session.close();
+    await close();
+  }
+}
+
+// The host cancels the task while the approval is pending: withdrawn, and the upstream never called.
+async function gateCancel(kind) {
+  const { session, close, version } = await connect(kind);
+  try {
+    const execution = await session.callTool(...gateCall());
+    const taskId = execution.handle?.taskId;
+    await execution.cancel();
+    const snapshot = await session.task(taskId).snapshot();
+    const request = await api(`/api/requests/${taskId}`);
+    return { version, kind: execution.kind, taskId, task: snapshot.status, request: request.status };
+  } finally {
+    await session.close();
+    await close();
+  }
+}
+
+// The proxy stops mid-task (the host hands the task off); a new proxy process polls it, and once the
+// person approves, calls the upstream and completes the task with its result.
+async function gateRestart(kind) {
+  const first = await connect(kind);
+  const execution = await first.session.callTool(...gateCall());
+  let reference = null;
+  await execution.handoff((ref) => {
+    reference = ref;
+  });
+  await first.close();
+
+  const second = await connect(kind);
+  const events = [];
+  let answered = null;
+  try {
+    const resumed = await second.session.resumeTask(reference);
+    const { outcome } = await resumed.settle({
+      onEvent: eventLog(events, (task) => {
+        answered ??= reply(task.taskId, { decision: "approve" });
+      }),
+    });
+    await answered;
+    const result = resultFromTaskOutcome(outcome);
+    return { version: second.version, kind: execution.kind, taskId: reference.taskId, events, result };
+  } finally {
+    await second.session.close();
+    await second.close();
+  }
+}
+
+const scenarios = {
+  answer,
+  cancel,
+  restart,
+  form,
+  immediate,
+  gate,
+  "gate-cancel": gateCancel,
+  "gate-restart": gateRestart,
+};
 const [name, kind = "stdio"] = process.argv.slice(2);
 if (!scenarios[name]) throw new Error(`unknown scenario ${name}`);
 const seen = await scenarios[name](kind);

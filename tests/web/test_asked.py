@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from mcp import Client
+
 from tests.conftest import running, sc
 from tests.web.test_inbox_pages import browser_like
 

@@ -3,7 +3,8 @@
 "Approve all N" in the inbox used to include quorum approvals that were not high risk, and its vote
 could settle them. A quorum vote is one person's considered vote: the batch now leaves such a request
 pending, with no vote, and its confirmation page lists it with the high-risk ones as left for the
-person's own review. The inbox is driven in process as a browser; the web inbox is the person ``lead``.
+person's own review. The inbox is driven in process as a browser, as the operator (the web token),
+who fills no quorum seat anyway.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ pytestmark = pytest.mark.anyio
 
 PEOPLE = """
 people:
-  lead: {web: "web inbox user"}
-  security: {web: "security-at-the-inbox"}
+  lead: {terminal: lead}
+  security: {terminal: security}
 """
 
 

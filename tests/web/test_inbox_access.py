@@ -16,10 +16,10 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client
 
 from hitl_mcp.broker import AskSpec
 from hitl_mcp.core.models import Kind
-from mcp import Client
 from tests.conftest import ROOT, TOKEN, bearer
 from tests.web import test_inbox_browser as shared
 from tests.web.test_inbox_browser import (
@@ -343,7 +343,7 @@ async def test_after_an_answer_the_focus_goes_to_the_next_heading_or_the_status_
         await page.get_by_role("button", name="Deny").focus()
         await page.keyboard.press("Enter")
         await expect(page.locator(".outcome-line")).to_be_focused()
-        await expect(page.locator(".outcome-line")).to_contain_text("Denied by web inbox user")
+        await expect(page.locator(".outcome-line")).to_contain_text("Denied by operator")
 
 
 async def test_the_selected_card_has_an_outline_that_survives_forced_colours(
@@ -540,9 +540,7 @@ async def test_a_late_answer_keeps_its_message_on_the_page(state_dir: Path, brow
         await send_reply(inbox, rid, {"text": "Borealis"})
         await card.get_by_role("button", name="Send").click()
         late = page.locator(".late-note")
-        await expect(late).to_contain_text(
-            "Your answer was not used: Already answered by web inbox user via web"
-        )
+        await expect(late).to_contain_text("Your answer was not used: Already answered by operator via web")
         await expect(late).to_contain_text("Name of the release?")
         await expect(late.locator(".late-title")).to_be_focused()
         await page.unroute(f"{inbox.url}/")

@@ -19,13 +19,13 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from mcp import Client
+from mcp import types as mcp_types
 
 from hitl_mcp.broker import AskSpec
 from hitl_mcp.config import parse_config
 from hitl_mcp.core.models import Kind, now
 from hitl_mcp.web.links import RequestLinks
-from mcp import Client
-from mcp import types as mcp_types
 from tests.conftest import ROOT, TOKEN, bearer, sc
 from tests.web.test_inbox_pages import Inbox, serve_inbox
 
@@ -187,7 +187,7 @@ async def test_mcp_request_appears_live_and_the_page_answer_returns_to_the_agent
             await card.get_by_role("button", name="Deny").click()
         result = await call.outcome()
         assert result["status"] == "answered"
-        assert result["channel"] == "web" and result["responder"] == "web inbox user"
+        assert result["channel"] == "web" and result["responder"] == "operator"
         expected = {
             "text": {"answer": "Indigo, like the logo"},
             "choice": {"answer": "us-east-1", "choice": "us-east-1"},
@@ -227,7 +227,7 @@ async def test_requests_answered_elsewhere_leave_the_page_live(state_dir: Path, 
         await expect(page.locator(f"#r-{first['request_id']}")).to_have_count(0)
         await expect(page).to_have_title("(2) Inbox · hitl-mcp")
         await expect(page.locator("#toasts")).to_contain_text(
-            "“Tabs or spaces?” was answered by web inbox user via web"
+            "“Tabs or spaces?” was answered by operator via web"
         )
         # another process (the terminal) sharing the database
         await anyio.to_thread.run_sync(
@@ -297,7 +297,7 @@ async def test_a_url_elicitation_link_opens_the_request_and_its_answer_returns_t
             await card.get_by_role("button", name="Approve").click()
             result = await call.outcome()
             assert result["status"] == "answered" and result["approved"] is True
-            assert result["channel"] == "web" and result["responder"] == "web inbox user"
+            assert result["channel"] == "web" and result["responder"] == "operator"
             again = await page.goto(shown[0].url)
             assert again is not None and again.status == 409  # the link works once
         finally:
@@ -441,7 +441,7 @@ async def test_late_answer_without_javascript_shows_who_answered(state_dir: Path
             await page.get_by_role("button", name="Send").click()
             await expect(page.get_by_role("heading", name="Your answer was not used")).to_be_visible()
             await expect(page.locator(".already-line")).to_contain_text(
-                "Already answered by web inbox user via web at"
+                "Already answered by operator via web at"
             )
             shown = await api_get(inbox, f"/api/requests/{rid}")
             assert shown["outcome"]["answer"] == "no"
@@ -449,7 +449,7 @@ async def test_late_answer_without_javascript_shows_who_answered(state_dir: Path
             await page.goto(f"{inbox.url}/requests/{other['request_id']}")
             await page.get_by_label("Your answer").fill("Aurora")
             await page.get_by_role("button", name="Send").click()
-            await expect(page.locator(".outcome")).to_contain_text("Answered by web inbox user via web")
+            await expect(page.locator(".outcome")).to_contain_text("Answered by operator via web")
             assert page.url == f"{inbox.url}/requests/{other['request_id']}"
         finally:
             await ctx.close()

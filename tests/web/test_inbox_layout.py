@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client
 from mcp.types import Implementation
 
 from hitl_mcp.config import parse_config
-from mcp import Client
+from hitl_mcp.core import delegation
 from tests.conftest import TOKEN, bearer, sc
 from tests.web import test_inbox_browser as shared
 from tests.web.test_inbox_access import PHONE, ask
@@ -117,3 +118,63 @@ async def test_the_phone_footer_has_no_keyboard_help(state_dir: Path, browser: B
         await expect(
             page.locator("footer.foot").get_by_role("button", name="Keyboard shortcuts")
         ).to_be_visible()
+
+
+async def test_the_top_bar_at_375_px_keeps_rules_and_the_keyboard_help(
+    state_dir: Path, browser: Browser
+) -> None:
+    """At 375 px the top bar dropped **Rules** (the kill switch was then in the footer only) and **?**.
+    Rules stays on every width; ? wherever the pointer hovers (a narrow desktop window), not on a touch
+    phone, whose footer has no keyboard help either."""
+    narrow_window = {"viewport": {"width": 375, "height": 740}}
+    for context, keyboard in ((PHONE, False), (narrow_window, True)):
+        async with inbox_and_page(state_dir, browser, **context) as (_, _, page):
+            bar = page.locator("header.topbar")
+            tabs = [
+                bar.locator('nav a[href="/"]'),
+                *(bar.get_by_role("link", name=n, exact=True) for n in ("History", "Rules")),
+            ]
+            for tab in tabs:
+                await expect(tab).to_be_visible()
+                box = await tab.bounding_box()
+                assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 375, box
+                assert box["height"] >= 44
+            shortcuts = bar.get_by_role("button", name="Keyboard shortcuts")
+            if keyboard:
+                await expect(shortcuts).to_be_visible()
+            else:
+                await expect(shortcuts).to_be_hidden()
+            assert await page.evaluate("document.documentElement.scrollWidth") <= 375
+            await bar.get_by_role("link", name="Rules", exact=True).click()
+            await expect(page.get_by_role("button", name="Pause approvals")).to_be_visible()
+
+
+async def test_away_has_room_above_it_and_preselects_nobody(state_dir: Path, browser: Browser) -> None:
+    people = parse_config(
+        f"people:\n  owner: {{web: owner}}\n  backup: {{web: backup}}\n"
+        f"channels:\n  web: {{type: web, token: {TOKEN}}}\n",
+        source="test.yaml",
+    )
+    async with serve_inbox(state_dir, config=people) as inbox:
+        async with Client(bearer(f"{inbox.url}/mcp")) as client:
+            sc(await client.call_tool("notify_user", {"message": "Build finished"}))
+        for size in (PHONE, SIZES["desktop"]):
+            ctx = await browser.new_context(**size)
+            try:
+                page = await ctx.new_page()
+                await page.goto(f"{inbox.url}/login?token={TOKEN}")
+                heading = page.get_by_role("heading", name="Away")
+                await expect(heading).to_be_visible()
+                notes, away = await page.locator("#notes").bounding_box(), await heading.bounding_box()
+                assert notes is not None and away is not None
+                assert away["y"] - (notes["y"] + notes["height"]) >= 16, (size, notes, away)
+                # a delegation is a choice of two people: none is made in advance
+                assert await page.locator("#away-from").input_value() == ""
+                assert await page.locator("#away-to").input_value() == ""
+                await page.locator("#away-until").fill("2099-01-01T00:00")
+                await page.get_by_role("button", name="Set delegation").click()  # the browser asks first
+                assert await page.locator("#away-from").evaluate("(el) => el.validity.valueMissing")
+                broker = await inbox.runtime.broker()
+                assert await delegation.stored(broker.store) == []
+            finally:
+                await ctx.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +18,10 @@ import pytest
 
 from hitl_mcp.broker import AskSpec
 from hitl_mcp.config import Config
-from hitl_mcp.core.models import Kind, Reply, Request, Status
+from hitl_mcp.core.models import Kind, Reply, Request, Status, now
 from hitl_mcp.runtime import Runtime
 from hitl_mcp.serving import HttpServer, bind
+from hitl_mcp.web.sessions import digest
 from hitl_mcp.web.views import HistoryFilter, agent_groups, ago, already_line, time_left
 from tests.conftest import TOKEN, make_config, running
 
@@ -65,14 +67,27 @@ async def serve_inbox(
 
 
 @contextlib.asynccontextmanager
-async def browser_like(rt: Runtime, *, login: bool = True) -> AsyncIterator[httpx2.AsyncClient]:
+async def browser_like(
+    rt: Runtime, *, login: bool = True, person: str | None = None
+) -> AsyncIterator[httpx2.AsyncClient]:
+    """A client holding an inbox session: the operator's (signed in with the login link), or with
+    ``person`` a person's, as a passkey sign-in leaves it (``tests/web/test_people_browser.py`` signs
+    in with real passkeys); its CSRF token rides every request as ``X-CSRF-Token``."""
     app = rt.http_app(None, "stdio", "127.0.0.1")
     async with httpx2.AsyncClient(
         transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1"
     ) as web:
-        if login:
+        if login or person:
             r = await web.get("/login", params={"token": TOKEN})
             assert r.status_code == 303
+        if person:
+            (name,) = web.cookies.keys()
+            session_id = secrets.token_urlsafe(32)
+            broker = await rt.broker()
+            await broker.add_session(digest(session_id), now() + 3600, None, person)
+            web.cookies.clear()
+            web.cookies.set(name, session_id)
+            web.headers["X-CSRF-Token"] = rt.auth.csrf_for(session_id)
         yield web
 
 
@@ -210,15 +225,11 @@ async def test_form_answers(
         assert r.status_code == 303 and r.headers["location"] == f"/?answered={request.id}"
         settled = await (await rt.broker()).get(request.id)
         assert settled is not None and settled.status == Status.ANSWERED
-        assert settled.channel == "web" and settled.responder == "web inbox user"
+        assert settled.channel == "web" and settled.responder == "operator"
         for key, value in outcome.items():
             assert getattr(settled, key) == value
         banner = (await web.get(r.headers["location"])).text
-        assert (
-            "Answered by web inbox user" in banner
-            or "proved by web inbox user" in banner
-            or "Denied" in banner
-        )
+        assert "Answered by operator" in banner or "proved by operator" in banner or "Denied" in banner
 
 
 async def test_a_high_risk_approval_from_the_form_takes_a_confirmation_step(state_dir: Path) -> None:

@@ -15,12 +15,12 @@ from typing import Any
 
 import httpx2
 import pytest
+from mcp import Client, MCPError
 from mcp.client.sse import sse_client
 from mcp.types import Implementation
 
 from hitl_mcp.config import parse_config
 from hitl_mcp.core.principal import Principal, of_owner, owner_label, token_digest
-from mcp import Client, MCPError
 from tests.conftest import TOKEN, bearer, cli, free_port, sc, serve_args, server_env, server_process, text_of
 from tests.conftest import write_config as write_server_config
 from tests.mcp.test_tasks import raw

@@ -19,7 +19,9 @@ from typing import Any
 import anyio
 
 from hitl_mcp.broker.digests import held_until
+from hitl_mcp.broker.feed import Listener, Listeners
 from hitl_mcp.broker.outbox import Outbox, silent_channels
+from hitl_mcp.broker.previews import refuse_unseen, with_preview
 from hitl_mcp.broker.routing import BrokerRouting
 from hitl_mcp.broker.rules import BrokerRules
 from hitl_mcp.broker.views import BrokerViews
@@ -40,6 +42,7 @@ from hitl_mcp.core.models import (
     payload_sha256,
 )
 from hitl_mcp.core.outcomes import check_reply, expiry_outcome
+from hitl_mcp.core.previews import preview_sha256
 from hitl_mcp.core.store import Engine, History, KeyConflict, Store
 from hitl_mcp.core.wording import already
 from hitl_mcp.kit.loops import forever, reason
@@ -70,7 +73,6 @@ EXPIRY_RETRY_SECONDS = 1.0
 #: the expiry sweep looks at least this often: a request created by another process wakes no one here
 SWEEP_SECONDS = 30.0
 
-
 OnTick = Callable[[float], Awaitable[None]]
 
 
@@ -99,8 +101,7 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         self._just_settled: dict[str, Request] = {}  # handed to this process's waiters: no re-read
         self._expiry_wake = anyio.Event()
         self._waiters_present = anyio.Event()
-        self._listeners: set[Callable[[str, str], None]] = set()
-        self._everything: set[Callable[[str, str], None]] = set()
+        self._listeners = Listeners()
         self._last_seq = 0
         self._pruned_at = 0.0
 
@@ -147,8 +148,7 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
             if change.request_id is not None:
                 self._publish(change.request_id, change.event)
             else:  # pause, resume (every deadline moves), rules, credentials
-                for listener in list(self._everything):
-                    listener("", change.event)
+                self._listeners.heard(None, change.event)
         if len(changes) < 1000:
             await self.store.changed()
 
@@ -156,23 +156,12 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         if event in WAKING_EVENTS:
             for waiter in self._waiters.get(request_id, ()):
                 waiter.set()
-        for listener in list(self._listeners):
-            listener(request_id, event)
+        self._listeners.heard(request_id, event)
 
-    def listen(self, listener: Callable[[str, str], None], *, unattached: bool = False) -> Callable[[], None]:
-        """Call ``listener(request_id, event)`` for every audit event of a request, written by any
-        process; ``unattached``: also for those of none (``request_id`` ""), such as a resume, which
-        moves every deadline. Returns the unsubscribe."""
-        self._listeners.add(listener)
-        if unattached:
-            self._everything.add(listener)
+    def listen(self, listener: Listener, *, unattached: bool = False) -> Callable[[], None]:
+        """``listener(request_id, event)`` for every audit event, by any process (``feed.py``)."""
         self._waiters_present.set()
-
-        def unsubscribe() -> None:
-            self._listeners.discard(listener)
-            self._everything.discard(listener)
-
-        return unsubscribe
+        return self._listeners.add(listener, unattached=unattached)
 
     # --- asking ----------------------------------------------------------------------------
 
@@ -182,6 +171,7 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         meets the gate first (``broker_rules``): while paused it is denied at once, and one a remembered
         rule covers is approved by the rule, with no one asked (never one that needs a quorum)."""
         policy = await self.policy_now()
+        spec, preview, reasons = with_preview(spec)  # routes, quorum and rules see the risk raised
         quorum = policy.quorum(spec.kind, spec.risk, spec.approvals, spec.to)
         if quorum is not None:  # the approvers are asked, with whoever else the call names
             spec = replace(spec, to=list(dict.fromkeys([*(spec.to or []), *quorum.of])))
@@ -211,12 +201,16 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
             allow_free_text=allow_free_text,
             payload=spec.payload,
             payload_sha256=payload_sha256(spec.payload) if spec.kind == Kind.APPROVAL else None,
+            preview=preview,
+            preview_sha256=preview_sha256(preview),
             risk=spec.risk,
+            risk_reasons=reasons,
             level=spec.level,
             default_answer=spec.default_answer,
             channels=channels,
             to=policy.asked(spec.kind, spec.risk, spec.channels, spec.to),
             approvals=quorum,
+            step_up=policy.needs_step_up(spec.kind, spec.risk),
             idempotency_key=spec.idempotency_key,
             session_key=spec.session_key,
             client_name=spec.client_name,
@@ -246,8 +240,8 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
 
     @staticmethod
     def _dedupe_key(request: Request) -> str | None:
-        """Without a key, the same ask (all of it: text, details, choices, payload, risk) from the
-        same session while it is pending is the same request."""
+        """Without a key, the same ask (``Request.fingerprint``) from the same session while it is
+        pending is the same request."""
         if request.idempotency_key is not None or request.session_key is None:
             return None
         if request.kind == Kind.NOTIFICATION:
@@ -336,14 +330,16 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         not fit the request (``ReplyInvalid``) or an unknown id (``NotFound``)."""
         request = await self.get_or_raise(request_id)
         outcome = check_reply(request, reply) if request.status == Status.PENDING else {}
-        # credited to the person whose identity this is; the channel identity stays the actor. The
-        # payload hash is the one shown: a quorum counts a vote only for the payload it holds
+        refuse_unseen(self.channels, request, reply)  # approved only where the preview was shown whole
+        # credited to the verified identity's person (never the display text; the responder stays the
+        # actor); an approval or a quorum's vote counts only for the payload and preview hashes shown
         policy = await self.policy_now()
-        person = policy.person_of(reply.channel, reply.responder)
+        person = policy.person_of(reply.channel, reply.identity)
         credit = {"person": person, "on_behalf_of": policy.on_behalf_of(person, request)}
-        reply = reply.model_copy(update={**credit, "payload_sha256": request.payload_sha256})
+        shown = {"payload_sha256": request.payload_sha256, "preview_sha256": request.preview_sha256}
+        reply = reply.model_copy(update={**credit, **shown})
         settled = await self.store.resolve(
-            request_id, reply, outcome, expiry_outcome(request), silent_channels(self.channels)
+            request_id, reply, outcome, await self._expiry(request), silent_channels(self.channels)
         )
         if settled is None:
             raise NotFound(f"no request with id {request_id!r}")
@@ -361,7 +357,7 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         outcome: dict[str, Any] = {"comment": reason}
         if request.kind == Kind.APPROVAL:
             outcome["approved"] = False
-        expired, silent = expiry_outcome(request), silent_channels(self.channels)
+        expired, silent = await self._expiry(request), silent_channels(self.channels)
         settled = await self.store.close_request(
             request_id, Status.CANCELLED, actor, outcome, expired, silent
         )
@@ -369,6 +365,13 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews):
         if settled.won or settled.request.status != request.status:
             self._settled(settled.request)
         return settled.request
+
+    async def _expiry(self, request: Request) -> dict[str, Any] | None:
+        """What a due request expires with, when a reply or a cancel finds it past its deadline; None
+        while approvals are paused: deadlines wait then (resume pushes them), so the reply counts."""
+        if request.expires_at is not None and request.expires_at <= now() and await self.paused() is not None:
+            return None
+        return expiry_outcome(request)
 
     async def expire(self, request_id: str) -> Request:
         """Expire a due request; while approvals are paused, deadlines wait and it stays pending."""

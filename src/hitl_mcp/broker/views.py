@@ -164,8 +164,14 @@ class BrokerViews:
         repeats = await self.history.count_events(REATTACHED, request_ids)
         return {request_id: 1 + repeats.get(request_id, 0) for request_id in request_ids}
 
-    async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
-        await self.store.add_session(digest, expires_at, replaces)
+    async def add_session(
+        self, digest: str, expires_at: float, replaces: str | None = None, person: str | None = None
+    ) -> None:
+        await self.store.add_session(digest, expires_at, replaces, person)
+
+    async def session_holder(self, digest: str) -> str | None:
+        """The person a live session is theirs ("" for the operator), or None."""
+        return await self.store.session_holder(digest)
 
     async def session_alive(self, digest: str) -> bool:
         return await self.store.session_alive(digest)

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-#: modules of the kit, not channels: ``base`` and ``testing``, and anything private (``_replies``)
-_PRIVATE = {"base", "testing"}
+#: modules of the kit, not channels: ``base``, ``fitting``, ``testing``, and anything private (``_replies``)
+_PRIVATE = {"base", "fitting", "testing"}
 
 
 def _is_channel(name: str) -> bool:

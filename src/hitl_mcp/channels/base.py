@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # config validation imports channel modules: keep them light
     from starlette.routing import BaseRoute
 
     from hitl_mcp.channels._exclusive import Running
+    from hitl_mcp.channels.fitting import Room
     from hitl_mcp.core.store import Lease
 
 
@@ -210,10 +211,7 @@ class Unknown:
     """No such request."""
 
     request_id: str
-
-    @property
-    def words(self) -> str:
-        return "Not recorded: hitl-mcp does not know this request."
+    words: ClassVar[str] = "Not recorded: hitl-mcp does not know this request."
 
 
 Outcome = Answered | Late | Invalid | Unknown  # Counted is an Answered
@@ -246,9 +244,7 @@ class State:
     async def load(self, key: str, default: Any = None) -> Any:
         """A JSON value; ``default`` (else ``{}``) when there is none."""
         raw = await self.get(key)
-        if not raw:
-            return {} if default is None else default
-        return json.loads(raw)
+        return json.loads(raw) if raw else {} if default is None else default
 
     async def save(self, key: str, value: Any) -> None:
         await self.set(key, json.dumps(value))
@@ -364,6 +360,10 @@ class Channel:
         """Whether an approval of this risk may be given here (a person answers every channel but
         the host's own form, which the MCP client draws)."""
         return True
+
+    def preview_room(self) -> Room | None:
+        """How much of a preview this shows whole (``fitting``: else approved in the inbox); None: all."""
+        return None
 
     @property
     def check_seconds(self) -> float:

@@ -21,10 +21,14 @@ from typing import Any, ClassVar, Literal
 
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.base import ChannelConfig, Delivery, DeliveryError
+from hitl_mcp.channels.fitting import Room
 from hitl_mcp.core.models import Kind, Reply, Request, as_decision, canonical_json
+from hitl_mcp.core.previews import Shown
 
 #: how much of an approval's payload the form's message shows
 PAYLOAD_PREVIEW = 1500
+#: how much of a preview the form's message shows whole: only then does the form offer Approve
+ROOM = Room(2000, "chars")
 
 
 class Config(ChannelConfig):
@@ -66,6 +70,9 @@ class ElicitationChannel(BaseChannel):
         assert isinstance(self.config, Config)
         return may_approve(self.config, risk)
 
+    def preview_room(self) -> Room:
+        return ROOM
+
 
 RISK_ORDER = {"low": 1, "medium": 2, "high": 3}
 APPROVALS_UP_TO = {"none": 0, "low": 1, "medium": 2, "all": 3}
@@ -76,9 +83,15 @@ def may_approve(config: Config, risk: str | None) -> bool:
     return RISK_ORDER[risk or "medium"] <= APPROVALS_UP_TO[config.approvals]
 
 
-def render(request: Request, also_via: list[str] | None = None, can_approve: bool = True) -> Form:
+def render(
+    request: Request,
+    also_via: list[str] | None = None,
+    can_approve: bool = True,
+    preview: Shown | None = None,
+) -> Form:
     """The form for a question or an approval. ``also_via``: the request's other channels;
-    ``can_approve``: false when this form may only deny (``may_approve``)."""
+    ``can_approve``: false when this form may only deny (``may_approve``, and ``fitting.approve_here``:
+    a preview that does not fit the message); ``preview``: what it shows of the request's preview."""
     parts: list[str] = []
     if request.kind != Kind.APPROVAL:
         parts.append(request.text)
@@ -90,6 +103,8 @@ def render(request: Request, also_via: list[str] | None = None, can_approve: boo
             parts.append(f"Approve this action?\n{request.text}")
         else:
             where = ", ".join(also_via or []) or "the hitl-mcp inbox"
+            if preview is not None and not preview.whole:
+                where = "the hitl-mcp inbox, below the whole preview"
             parts.append(
                 f"Approval needed: {request.text}\n"
                 f"It cannot be approved in this window: approve it via {where}. You may deny it here."
@@ -97,8 +112,14 @@ def render(request: Request, also_via: list[str] | None = None, can_approve: boo
         if request.details:
             parts.append(request.details)
         if request.risk:
-            parts.append(f"Risk: {request.risk}")
-        if request.payload is not None:
+            reasons = f" ({'; '.join(request.risk_reasons)})" if request.risk_reasons else ""
+            parts.append(f"Risk: {request.risk}{reasons}")
+        if preview is not None:
+            title = (request.preview or {}).get("title")
+            head = f"Preview{': ' + title if title else ''} (SHA-256 {request.preview_sha256})"
+            body = preview.text if preview.whole else f"{preview.summary}: {preview.note}."
+            parts.append(f"{head}:\n{body}")
+        elif request.payload is not None:
             payload = canonical_json(request.payload)
             if len(payload) > PAYLOAD_PREVIEW:
                 payload = payload[:PAYLOAD_PREVIEW] + "…"

@@ -3,7 +3,8 @@ real :class:`~hitl_mcp.channels.base.Channel` interface, so a test drives the br
 the kit's answer path exactly as a provider channel would.
 
 - ``deliver``, ``retract`` and ``remind`` record the calls (``sent``, ``delivered``, ``retracted``,
-  ``reminded``), and sends can be made to fail; ``digest`` sets the config's window;
+  ``reminded``), and sends can be made to fail; ``digest`` sets the config's window; ``room``
+  how much of a preview it shows (``fitting``);
 - ``reply(...)`` is its inbound: a person's verified reply, through :meth:`Channel.answer`;
 - ``changed`` is an event set after every call, to wait on.
 
@@ -17,6 +18,7 @@ from typing import Any
 import anyio
 
 from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery, DeliveryError, Hub, Outcome
+from hitl_mcp.channels.fitting import Room
 from hitl_mcp.core.models import Reply, Request, Status
 
 
@@ -33,6 +35,7 @@ class TestChannel(Channel):
         permanent: bool = False,
         hub: Hub | None = None,
         digest: float | None = None,
+        room: Room | None = None,
     ) -> None:
         config = ChannelConfig(type="testing", digest=digest)
         super().__init__(name, config, hub)  # type: ignore[arg-type]
@@ -45,6 +48,11 @@ class TestChannel(Channel):
         self.reminded: list[tuple[str, str | None]] = []
         """(request id, the ref of the message reminded of): a threaded reminder, as Slack's would be."""
         self.changed = anyio.Event()
+        self.room = room
+        """How much of a preview it shows (``fitting``); None: all of it."""
+
+    def preview_room(self) -> Room | None:
+        return self.room
 
     def _changed(self) -> None:
         self.changed.set()
@@ -71,4 +79,5 @@ class TestChannel(Channel):
 
     async def reply(self, request_id: str, responder: str = "tester", **fields: Any) -> Outcome:
         """A person answers here: ``await channel.reply(rid, decision="approve")``."""
-        return await self.answer(request_id, Reply(channel=self.name, responder=responder, **fields))
+        reply = Reply(channel=self.name, responder=responder, identity=responder, **fields)
+        return await self.answer(request_id, reply)

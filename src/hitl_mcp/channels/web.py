@@ -6,13 +6,13 @@ read the store, and the reply route (``POST /api/requests/{id}/reply``) resolves
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import SecretStr, field_validator
+from pydantic import SecretStr
 
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.base import ChannelConfig, Delivery
-from hitl_mcp.core.durations import parse_duration
+from hitl_mcp.core.durations import DAY, HOUR, bounded
 from hitl_mcp.core.models import Request
 
 
@@ -21,16 +21,12 @@ class Config(ChannelConfig):
     takes_digest: ClassVar[bool] = False  # the inbox lists each notification as it comes
     token: SecretStr | None = None
     """The inbox and API token; else $HITL_WEB_TOKEN; else one generated in the state directory."""
-    session_ttl: float = 12 * 3600.0
+    session_ttl: Annotated[float, bounded(60, 30 * DAY)] = 12 * HOUR
     """How long an inbox session lasts after signing in (a duration: 12h, 30m, 7d): 1m to 30d."""
-
-    @field_validator("session_ttl", mode="before")
-    @classmethod
-    def _ttl(cls, value: Any) -> float:
-        seconds = parse_duration(value)
-        if not 60 <= seconds <= 30 * 86400:
-            raise ValueError("must be between 1m and 30d")
-        return seconds
+    operator_answers: Literal["all", "unaddressed", "none"] = "all"
+    """What the operator (the web token) may answer in the inbox and the API: everything (``all``),
+    only what was asked of no one in particular (``unaddressed``: no ``to``, no quorum), or nothing
+    (``none``). People of ``people:`` sign in with their passkeys and answer what was asked of them."""
 
 
 class WebChannel(BaseChannel):

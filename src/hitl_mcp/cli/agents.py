@@ -13,19 +13,25 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from hitl_mcp.cli.requests import CliError, config_and_state, one_line, open_broker, run
+from hitl_mcp.cli.requests import CliError, config_and_state, group_options, one_line, open_broker, run
 from hitl_mcp.cli.rules import actor
 from hitl_mcp.core.principal import AGENT_CREDENTIAL, check_agent_name, token_digest
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from hitl_mcp.config import Config
 
 Command = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 
 
 def add_commands(command: Command, common: Callable[[argparse.ArgumentParser], None]) -> None:
-    p = command("agent", cmd_agent, "add, list or revoke the agent tokens that MCP over HTTP needs")
-    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+    p = command(
+        "agent", cmd_agent, "add, list or revoke the agent tokens that MCP over HTTP needs; alone: list"
+    )
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    p.set_defaults(verb="list", json=False)  # `agent` alone lists
+    common(p)
     add = verbs.add_parser("add", help="make a token for an agent: printed once, kept only as a hash")
     add.add_argument("name", help="the agent's name: letters, digits, '.', '_', '-'")
     add.add_argument("--json", action="store_true", help='print {"name", "token"} only')
@@ -35,12 +41,13 @@ def add_commands(command: Command, common: Callable[[argparse.ArgumentParser], N
     revoke.add_argument("name", help="the agent's name")
     for shared in (add, listing, revoke):
         common(shared)
+    group_options(p, [add, listing, revoke])
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
     from hitl_mcp.core.store import KeyConflict
 
-    config, _ = config_and_state(args)
+    config, state_dir = config_and_state(args)
     if args.verb in ("add", "revoke"):
         try:
             check_agent_name(args.name)
@@ -60,7 +67,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
                     raise CliError(
                         f"agent {args.name!r} has a token already: hitl-mcp agent revoke {args.name} first"
                     ) from None
-                print_added(config, args.name, token, args.json)
+                print_added(config, state_dir, args.name, token, args.json)
             elif args.verb == "revoke":
                 if await store.revoke_credential(AGENT_CREDENTIAL, args.name, actor()) is None:
                     raise CliError(f"no agent {args.name!r} with a live token (see: hitl-mcp agent list)")
@@ -72,11 +79,11 @@ def cmd_agent(args: argparse.Namespace) -> int:
     return run(go)
 
 
-def mcp_url(config: Config) -> str:
+def mcp_url(config: Config, state_dir: Path) -> str:
     """Where a host reaches this server's MCP endpoint."""
-    from hitl_mcp.cli.remote import server_url
+    from hitl_mcp.cli.remote import local_address
 
-    return f"{config.server.public_url or server_url(config, None)}/mcp"
+    return f"{config.server.public_url or local_address(config, state_dir, mcp=True)}/mcp"
 
 
 def host_snippets(url: str, token: str) -> dict[str, str]:
@@ -92,11 +99,11 @@ def host_snippets(url: str, token: str) -> dict[str, str]:
     }
 
 
-def print_added(config: Config, name: str, token: str, as_json: bool) -> None:
+def print_added(config: Config, state_dir: Path, name: str, token: str, as_json: bool) -> None:
     if as_json:
         print(json.dumps({"name": name, "token": token}))
         return
-    url = mcp_url(config)
+    url = mcp_url(config, state_dir)
     print(f"agent {name!r} added. Its token, shown this once (only its hash is kept):\n\n  {token}\n")
     print(f"Connect a host to {url} with it:\n")
     for host, snippet in host_snippets(url, token).items():

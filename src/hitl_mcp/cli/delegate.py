@@ -80,7 +80,10 @@ def cmd_delegate(args: argparse.Namespace) -> int:
             except delegation.Refused as exc:
                 raise CliError(f"refused: {exc}") from None
             except ValueError as exc:
-                raise CliError(str(exc)) from None
+                hint = ""
+                if not config.people:  # the embedded default names nobody: people: is in a config file
+                    hint = " (people are named under people: in a config file: pass it with --config FILE)"
+                raise CliError(f"{exc}{hint}") from None
             start = f" from {iso(new.from_time)}" if new.from_time is not None else ""
             print(f"delegated: {new.from_} -> {new.to}{start} until {iso(new.until)}")
             return 0

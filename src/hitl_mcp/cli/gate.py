@@ -1,6 +1,10 @@
 """``hitl-mcp proxy`` and ``hitl-mcp hook``: their arguments, and the verbs (the gate itself is a
 library: ``gate/``). Light on purpose: ``main.py`` imports this to build its parser, and the modules
-that do the work load only when a verb runs."""
+that do the work load only when a verb runs.
+
+The policy file is ``--policy``, and ``--config`` is the server's config, as for every other verb.
+For one release, ``--config`` without ``--policy`` still names the policy file (with a warning), and
+``--server-config`` still names the server's config."""
 
 from __future__ import annotations
 
@@ -26,10 +30,42 @@ if TYPE_CHECKING:
 HOSTS = ("claude-code", "codex", "gemini-cli")
 
 
+OLD_CONFIG = (
+    "warning: `--config` names the policy file for one more release only; use `--policy {path}` "
+    "(then `--config` is the server's config, as for every other verb)"
+)
+
+
+def _files(p: argparse.ArgumentParser, server: str) -> None:
+    p.add_argument("--policy", "-p", help="the policy file (gate.yaml): rules and default")
+    p.add_argument(
+        "--config",
+        "-c",
+        help=f"the hitl-mcp config: {server} (default: embedded). Without --policy, for one more "
+        "release: the policy file",
+    )
+    p.add_argument("--server-config", help="the same as --config with --policy (the older name)")
+
+
+def policy_and_config(args: argparse.Namespace) -> tuple[str, str | None]:
+    """The policy file and the server's config, from ``--policy`` / ``--config`` and the older
+    spellings; raises ``CliError`` when they do not say."""
+    if args.policy:
+        if args.config and args.server_config:
+            raise CliError("name the server's config once: --config (or the older --server-config)")
+        return args.policy, args.config or args.server_config
+    if args.config:
+        print(f"hitl-mcp: {OLD_CONFIG.format(path=args.config)}", file=sys.stderr)
+        return args.config, args.server_config
+    raise CliError("name the policy file: --policy gate.yaml")
+
+
 def add_proxy(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", "-c", required=True, help="the policy file (gate.yaml): rules and default")
-    p.add_argument("--server-config", help="the hitl-mcp config: channels, state dir (default: embedded)")
+    _files(p, "channels, state dir, inbox")
     p.add_argument("--state-dir", help="where the database lives (default ~/.local/state/hitl-mcp)")
+    p.add_argument(
+        "--port", type=int, help="the inbox and API port (default $HITL_PORT, else the config's, 8765)"
+    )
     p.add_argument("--upstream", metavar="URL", help="a streamable HTTP upstream, instead of a command")
     p.add_argument(
         "--call-timeout", type=float, default=600.0, help="seconds an upstream call may take (default 600)"
@@ -39,8 +75,7 @@ def add_proxy(p: argparse.ArgumentParser) -> None:
 
 def add_hook(p: argparse.ArgumentParser) -> None:
     p.add_argument("host", choices=HOSTS, help="whose hook event is on stdin")
-    p.add_argument("--config", "-c", required=True, help="the policy file (gate.yaml): rules and default")
-    p.add_argument("--server-config", help="the hitl-mcp config: where the server listens, its state dir")
+    _files(p, "where the server listens, its state dir")
     p.add_argument("--state-dir", help="where the web token file is (default ~/.local/state/hitl-mcp)")
     p.add_argument("--url", help="the running server's base URL (default: from the server config)")
     p.add_argument(
@@ -72,7 +107,10 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         raise CliError("name one upstream: --upstream URL, or -- followed by the command to run")
     if args.call_timeout <= 0:
         raise CliError("--call-timeout must be more than 0 seconds")
-    policy = load_policy(args.config)
+    if args.port is not None and not 1 <= args.port <= 65535:
+        raise CliError(f"--port must be a port number from 1 to 65535, not {args.port}")
+    policy_file, args.server_config = policy_and_config(args)
+    policy = load_policy(policy_file)
     config = load_config(args.server_config)
     state_dir = resolve_state_dir(config, args.state_dir)
     setup_logging(config.server.log_level)
@@ -80,10 +118,10 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     unknown = _unknown_channels(policy, config)
     if unknown:
         raise CliError(
-            f"{args.config}: unknown channel {unknown}; configured channels: {', '.join(config.channels)}"
+            f"{policy_file}: unknown channel {unknown}; configured channels: {', '.join(config.channels)}"
         )
     try:
-        anyio.run(serve_proxy, config, state_dir, upstream, policy, backend_options=loop_options())
+        anyio.run(serve_proxy, config, state_dir, upstream, policy, args.port, backend_options=loop_options())
     except ConfigRefused as exc:
         print(f"hitl-mcp: {exc}", file=sys.stderr)
         return 2
@@ -103,13 +141,14 @@ def find_server(args: argparse.Namespace) -> Server:
     found as the server finds it: the web channel's ``token`` in the config, else ``$HITL_WEB_TOKEN``,
     else the token file in the state directory (read only: a missing file is no token, and the
     server refuses the call)."""
-    from hitl_mcp.cli.remote import server_url
+    from hitl_mcp.cli.remote import local_address
     from hitl_mcp.config import load_config, resolve_state_dir
     from hitl_mcp.gate.hook import Server
     from hitl_mcp.web.auth import TOKEN_FILE
 
     config = load_config(args.server_config)
-    url = server_url(config, args.url)
+    state_dir = Path(resolve_state_dir(config, args.state_dir))
+    url = args.url.rstrip("/") if args.url else local_address(config, state_dir, mcp=True)
     if os.environ.get("HITL_AGENT_TOKEN"):  # an agent's own token (hitl-mcp agent add)
         return Server(url, os.environ["HITL_AGENT_TOKEN"])
     web = next((c for c in config.channels.values() if c.type == "web"), None)
@@ -119,7 +158,7 @@ def find_server(args: argparse.Namespace) -> Server:
     if os.environ.get("HITL_WEB_TOKEN"):
         return Server(url, os.environ["HITL_WEB_TOKEN"])
     try:
-        token = (Path(resolve_state_dir(config, args.state_dir)) / TOKEN_FILE).read_text().strip()
+        token = (state_dir / TOKEN_FILE).read_text().strip()
     except OSError:
         token = ""
     return Server(url, token or None)
@@ -168,6 +207,11 @@ def cmd_hook(args: argparse.Namespace) -> int:
         print("hitl-mcp hook: --timeout must be more than 0 seconds", file=sys.stderr)
         return 2
     try:
+        args.policy, args.server_config = policy_and_config(args)
+    except CliError as exc:
+        print(f"hitl-mcp hook: {exc}", file=sys.stderr)  # exit 2: the host blocks the call
+        return 2
+    try:
         raw = sys.stdin.buffer.read(MAX_EVENT + 1)
         if len(raw) > MAX_EVENT:
             raise BadEvent(f"the hook event is larger than {MAX_EVENT // 1024 // 1024} MiB")
@@ -199,7 +243,7 @@ def _decided(args: argparse.Namespace, call: HookCall, on_failure: Verdict) -> t
     from hitl_mcp.gate.policy import load_policy
 
     try:
-        policy = load_policy(args.config)
+        policy = load_policy(args.policy)
     except ConfigError as exc:
         return "deny", f"hitl-mcp: the policy file is broken: {exc}"
     try:

@@ -1,12 +1,12 @@
 """``hitl-mcp inbox``: print the inbox's login link, which holds the web token; ``--open`` opens the
 browser on it.
 
-The address is ``server.public_url``, else where the server listens (``server.http.host`` and the
-port ``serve`` takes: ``--port``, ``$HITL_PORT`` or ``server.http.port``; a wildcard bind is reached
-on loopback). The token is the one the server uses: the web channel's
-``token``, else ``$HITL_WEB_TOKEN``, else the ``web-token`` file in the state directory (made now if
-the server has not started yet, so that both agree). The link goes to stdout only; whether a server
-answers there, and takes that token, is said on stderr.
+The address is ``server.public_url``, else where the server listens: ``--port`` or ``$HITL_PORT``,
+else the address a running server recorded in the state directory (``make run PORT=19001``), else
+``server.http`` in the config (a wildcard bind is reached on loopback). The token is the one the
+server uses: the web channel's ``token``, else ``$HITL_WEB_TOKEN``, else the ``web-token`` file in
+the state directory (made now if the server has not started yet, so that both agree). The link goes
+to stdout only; whether a server answers there, and takes that token, is said on stderr.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import urllib.request
 import webbrowser
 from pathlib import Path
 
+from hitl_mcp.cli.remote import local_address
 from hitl_mcp.cli.requests import CliError
-from hitl_mcp.config import Config, resolve_http_port
-from hitl_mcp.kit.net import browser_url
+from hitl_mcp.config import Config
 from hitl_mcp.web.auth import TokenFileUnsafe, configured_web_auth, login_link
 
 #: how long to wait for the server to say it is there
@@ -31,10 +31,7 @@ def inbox(config: Config, state_dir: Path, port: int | None, open_browser: bool)
         auth = configured_web_auth(config, state_dir)
     except TokenFileUnsafe as exc:
         raise CliError(str(exc)) from None
-    address = config.server.public_url or browser_url(
-        config.server.http.host, resolve_http_port(config, port)
-    )
-    address = address.rstrip("/")
+    address = (config.server.public_url or local_address(config, state_dir, port)).rstrip("/")
     link = login_link(address, auth.token)
     print(link)
     problem = server_problem(address, auth.token)
@@ -69,6 +66,7 @@ def server_problem(address: str, token: str) -> str | None:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
         return (
-            f"nothing answers at {address} yet ({reason}): start the server with "
-            "hitl-mcp serve --transport http, or start the MCP host that runs it"
+            f"nothing answers at {address} yet ({reason}): start the server (make run, or hitl-mcp serve "
+            "--transport http), or the MCP host that runs it; a server on another port is found by "
+            "its state directory (--state-dir), or give --port or $HITL_PORT"
         )

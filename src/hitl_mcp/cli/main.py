@@ -22,6 +22,8 @@ import anyio
 from hitl_mcp import __version__
 from hitl_mcp.cli import agents as cli_agents
 from hitl_mcp.cli import gate as gate_cli
+from hitl_mcp.cli import oauth as cli_oauth
+from hitl_mcp.cli import people as cli_people
 from hitl_mcp.cli import rules as cli_rules
 from hitl_mcp.cli.delegate import add_delegate, cmd_delegate
 from hitl_mcp.cli.requests import (
@@ -37,6 +39,7 @@ from hitl_mcp.cli.requests import (
 )
 from hitl_mcp.cli.requests import config_and_state as _config
 from hitl_mcp.cli.store import check_store, cmd_migrate
+from hitl_mcp.kit.pipes import reader_gone, stopped_reading
 from hitl_mcp.kit.terminal import visible
 
 # The config, the SDK and the store are imported by the verbs that use them, when they run: `serve`
@@ -68,10 +71,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    try:
+        return _verb(args)
+    except (OSError, sqlite3.Error) as exc:  # the state directory or the database, after it opened
+        from hitl_mcp.store.health import storage_error
+
+        print(f"hitl-mcp: {storage_error(exc)}", file=sys.stderr)
+        return 1
+
+
+def _verb(args: argparse.Namespace) -> int:
     from hitl_mcp.config import ConfigError
 
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a reader that went away shows here when the output fit in the buffer
+        return code
+    except BrokenPipeError:
+        if not reader_gone(sys.stdout):
+            raise  # another pipe (a socket, a subprocess): said below as what it was
+        return stopped_reading()
     except ConfigError as exc:  # every problem found, one line each (all missing variables at once)
         for problem in [exc, *exc.more]:
             print(f"hitl-mcp: config error: {problem}", file=sys.stderr)
@@ -79,11 +98,6 @@ def _run(args: argparse.Namespace) -> int:
     except CliError as exc:
         print(f"hitl-mcp: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, MissingLibrary) else 1
-    except (OSError, sqlite3.Error) as exc:  # the state directory or the database, after it opened
-        from hitl_mcp.store.health import storage_error
-
-        print(f"hitl-mcp: {storage_error(exc)}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
 
@@ -169,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("audit", cmd_audit, "check the audit log (verify), or show its head and last anchor (head)")
     common(p)
-    p.add_argument("action", choices=["verify", "head"])
+    p.add_argument("action", nargs="?", choices=["verify", "head"])
     p.add_argument("--anchor", help="the anchors to check against (default: audit.anchor in the state dir)")
 
     p = command("delegate", cmd_delegate, "let someone stand in for a person: set, --list or --end")
@@ -178,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_rules.add_commands(command, common)
     cli_agents.add_commands(command, common)
+    cli_oauth.add_commands(command, common)
+    cli_people.add_commands(command, common)
     gate_cli.add_proxy(command("proxy", gate_cli.cmd_proxy, "put another MCP server's tools behind approval"))
     gate_cli.add_hook(command("hook", gate_cli.cmd_hook, "answer a host's permission prompt from a hook"))
     return parser
@@ -352,6 +368,14 @@ def cmd_logout(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     from hitl_mcp.cli.audit import audit_head, audit_verify
     from hitl_mcp.store.anchor import ANCHOR_FILE
+
+    if args.action is None:  # like logout without --all: say what there is to choose, exit 2
+        print(
+            "hitl-mcp: audit what? hitl-mcp audit verify (check the chain, the requests and the "
+            "anchors) or hitl-mcp audit head (the newest row and the last anchor)",
+            file=sys.stderr,
+        )
+        return 2
 
     async def go() -> int:
         async with open_broker(args) as broker:

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from hitl_mcp.config import Config, resolve_http_port
+from hitl_mcp.config import Config, resolve_http_port, resolve_state_dir
+from hitl_mcp.kit import listening
 from hitl_mcp.kit.net import browser_url
 from hitl_mcp.kit.terminal import visible
 
@@ -31,10 +32,30 @@ class RemoteError(Exception):
     """One line for the person at the terminal."""
 
 
-def server_url(config: Config, given: str | None) -> str:
+def no_match(prefix: str) -> str:
+    """No request has this id, nor starts with it (a start counts from 4 characters)."""
+    if len(prefix) < 4:
+        return f"no request has the id {prefix!r}: give the whole id, or its first 4 characters or more"
+    return f"no request matches {prefix!r} (see: hitl-mcp pending)"
+
+
+def server_url(config: Config, given: str | None, state_dir: Path | None = None) -> str:
     if given:
         return given.rstrip("/")
-    return browser_url(config.server.http.host, resolve_http_port(config))
+    return local_address(config, state_dir)
+
+
+def local_address(
+    config: Config, state_dir: Path | None, port: int | None = None, *, mcp: bool = False
+) -> str:
+    """Where this machine reaches the server: ``--port``, else ``$HITL_PORT``, else where a server on
+    the state directory says it listens (``make run PORT=19001``: ``kit.listening``; one serving MCP
+    over HTTP when ``mcp``), else ``server.http`` in the config."""
+    if port is None and not os.environ.get("HITL_PORT", "").strip() and state_dir is not None:
+        found = listening.address(state_dir, mcp=mcp)
+        if found:
+            return found
+    return browser_url(config.server.http.host, resolve_http_port(config, port))
 
 
 def web_token(token_file: str | None) -> str:
@@ -67,7 +88,7 @@ def reply(base: str, token: str, prefix: str, body: dict[str, Any]) -> dict[str,
     if status == 200:
         return dict(data["request"])
     if status == 404:
-        raise RemoteError(f"no request matches {prefix!r} (see: hitl-mcp pending)")
+        raise RemoteError(no_match(prefix))
     if status == 409:
         raise RemoteError(f"not recorded: {data.get('error', 'no longer pending')}")
     raise RemoteError(str(data.get("error") or f"the server answered {status}"))
@@ -104,7 +125,8 @@ def answer_via_api(config: Config, args: Any, fields: dict[str, Any]) -> int:
     """The answering verbs' remote path: prints ``<id>: <what>`` like the local one."""
     body = {name: value for name, value in fields.items() if value is not None}
     try:
-        request = reply(server_url(config, args.url), web_token(args.token_file), args.id, body)
+        base = server_url(config, args.url, resolve_state_dir(config, args.state_dir))
+        request = reply(base, web_token(args.token_file), args.id, body)
     except RemoteError as exc:
         print(f"hitl-mcp: {visible(exc, newlines=False)}", file=sys.stderr)
         return 1

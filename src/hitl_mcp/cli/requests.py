@@ -33,6 +33,16 @@ class CliError(Exception):
     """Said on one line, and the command exits 1."""
 
 
+def group_options(group: argparse.ArgumentParser, verbs: list[argparse.ArgumentParser]) -> None:
+    """``--config`` and ``--state-dir`` on a group of verbs typed alone (``hitl-mcp rules --state-dir
+    D``) as on each verb: a verb's own, when not given, leaves the group's as it is (argparse would
+    otherwise put the verb's default over it)."""
+    for parser in (group, *verbs):
+        for action in parser._actions:
+            if action.dest in ("config", "state_dir") and parser is not group:
+                action.default = argparse.SUPPRESS
+
+
 def config_and_state(args: argparse.Namespace) -> tuple[Config, Any]:
     from hitl_mcp.config import load_config, resolve_state_dir
 
@@ -44,6 +54,7 @@ def config_and_state(args: argparse.Namespace) -> tuple[Config, Any]:
 async def open_broker(args: argparse.Namespace) -> AsyncIterator[Broker]:
     """A broker on the state directory's database, with no channels: for reading and answering."""
     from hitl_mcp.broker import AskDefaults, Broker
+    from hitl_mcp.config.policy import policy_from_config
     from hitl_mcp.core.store import StoreError
     from hitl_mcp.runtime import engine_of
     from hitl_mcp.store.health import storage_error
@@ -61,7 +72,8 @@ async def open_broker(args: argparse.Namespace) -> AsyncIterator[Broker]:
         await store.close()
         raise CliError(str(exc) if path is None else storage_error(exc, path)) from None
     try:
-        yield Broker(store, {}, AskDefaults({}, {}), state_dir=state_dir)
+        # the config's people and delegations: an answer at the terminal is the person whose OS user it is
+        yield Broker(store, {}, AskDefaults({}, {}), state_dir=state_dir, policy=policy_from_config(config))
     except sqlite3.Error as exc:
         raise CliError(storage_error(exc, path)) from None
     except StoreError as exc:
@@ -175,6 +187,7 @@ def print_request(r: Any, detail: dict[str, Any]) -> None:
     """One request whole, for a person at a terminal: every field an agent wrote is shown escaped."""
     from hitl_mcp.core.models import iso
     from hitl_mcp.core.principal import owner_label
+    from hitl_mcp.core.wording import trail_by, trail_data
     from hitl_mcp.web.views import pretty_json
 
     pad = " " * 10
@@ -211,8 +224,8 @@ def print_request(r: Any, detail: dict[str, Any]) -> None:
     print("trail")  # the audit rows, and where each delivery stands, in time order
     trail: list[tuple[str, str]] = []
     for row in detail["audit"]:
-        actor = f" by {one_line(row['actor'])}" if row["actor"] else ""
-        data = f" {one_line(json.dumps(row['data'], ensure_ascii=False))}" if row["data"] else ""
+        actor = one_line(trail_by(row["actor"]))
+        data = f" {one_line(json.dumps(trail_data(row['data']), ensure_ascii=False))}" if row["data"] else ""
         trail.append((row["at"], f"{one_line(row['event'])}{actor}{data}"))
     for d in detail["deliveries"]:
         error = f": {one_line(d['error'])}" if d["error"] else ""
@@ -246,13 +259,16 @@ async def find_one(broker: Broker, prefix: str) -> str:
         return found[0]
     if found:
         raise CliError(f"{prefix!r} is the start of more than one request id; give more of it")
-    raise CliError(f"no request matches {prefix!r} (see: hitl-mcp pending)")
+    from hitl_mcp.cli.remote import no_match
+
+    raise CliError(no_match(prefix))
 
 
 def resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
     import getpass
 
     from hitl_mcp.broker import NotFound, ReplyInvalid
+    from hitl_mcp.core.escalation import TERMINAL_CHANNEL
     from hitl_mcp.core.models import Reply
 
     config, _ = config_and_state(args)
@@ -264,12 +280,18 @@ def resolve_cmd(args: argparse.Namespace, **reply_fields: Any) -> int:
     async def go() -> int:
         async with open_broker(args) as broker:
             request_id = await find_one(broker, args.id)
-            reply = Reply(channel="cli", responder=f"{getpass.getuser()} (terminal)", **reply_fields)
+            user = getpass.getuser()  # the OS user: a person's answer when people: names it (terminal:)
+            reply = Reply(
+                channel=TERMINAL_CHANNEL, responder=f"{user} (terminal)", identity=user, **reply_fields
+            )
             try:
                 result = await broker.resolve(request_id, reply)
             except (ReplyInvalid, NotFound) as exc:  # may quote the agent's choices
                 print(f"hitl-mcp: {one_line(exc)}", file=sys.stderr)
                 return 1
+            if result.counted:  # a quorum's vote: the request waits for the others
+                print(f"{result.request.id}: vote recorded: {one_line(result.reason)}")
+                return 0
             if not result.won:  # names who answered, as their channel knows them
                 print(f"hitl-mcp: not recorded: {one_line(result.reason)}", file=sys.stderr)
                 return 1

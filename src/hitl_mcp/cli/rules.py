@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from hitl_mcp.cli.requests import CliError, one_line, open_broker, run
+from hitl_mcp.cli.requests import CliError, group_options, one_line, open_broker, run
 
 Command = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 
@@ -20,9 +20,13 @@ def actor() -> str:
 
 def add_commands(command: Command, common: Callable[[argparse.ArgumentParser], None]) -> None:
     p = command(
-        "rules", cmd_rules, "list, add or revoke remembered answers (rules that approve without asking)"
+        "rules",
+        cmd_rules,
+        "list, add or revoke remembered answers (rules that approve without asking); alone: list",
     )
-    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    p.set_defaults(verb="list", json=False, live=False)  # `rules` alone lists
+    common(p)
     listing = verbs.add_parser("list", help="every rule: who added it, when, expiry, uses left, times fired")
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.add_argument("--live", action="store_true", help="only rules that can still fire")
@@ -50,6 +54,7 @@ def add_commands(command: Command, common: Callable[[argparse.ArgumentParser], N
     add.add_argument("--yes", action="store_true", help="confirm --high-risk without asking")
     for shared in (listing, revoke, add):
         common(shared)
+    group_options(p, [listing, revoke, add])
 
     p = command(
         "pause", cmd_pause, "kill switch: deny new approvals at once and freeze deadlines until resume"

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from hitl_mcp.config.errors import KeyPath, _show
-from hitl_mcp.core.ladders import LadderConfig, Person
+from hitl_mcp.core.ladders import TERMINAL, LadderConfig, Person
 from hitl_mcp.core.quorum import Quorum
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
@@ -34,6 +34,10 @@ class Choice(BaseModel):
     """People asked by default (the channels where they have an identity)."""
     approvals: Quorum | None = None
     """For ``request_approval``: how many of which people must approve."""
+
+
+#: identities a person may have besides their channels': ``oauth``, the subject of their access tokens
+IDENTITIES = ("oauth",)
 
 
 def check(
@@ -54,11 +58,14 @@ def check(
         if not _NAME.fullmatch(name):
             problems.append((("people", name), f"person name {_show(name)} is not valid: {_NAME_HELP}"))
         for key in person:
-            if key not in channels and key not in types:
+            if key == TERMINAL:
+                continue
+            if key not in channels and key not in types and key not in IDENTITIES:
                 problems.append(
                     (
                         ("people", name, key),
-                        f"unknown channel {_show(key)} (a channel name or type); {known_channels}",
+                        f"unknown channel {_show(key)} (a channel name or type, or terminal for "
+                        f"the OS user); {known_channels}",
                     )
                 )
     for name, ladder in escalation.items():

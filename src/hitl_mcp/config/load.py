@@ -6,9 +6,10 @@ import os
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, Secret, SecretBytes, SecretStr, ValidationError
+from pydantic.fields import FieldInfo
 
 from hitl_mcp.channels import channel_module, channel_types
 from hitl_mcp.channels.base import ChannelConfig
@@ -26,6 +27,8 @@ from hitl_mcp.config.source import MAX_BYTES, _Doc, _read_yaml
 from hitl_mcp.config.validation import convert as _convert
 from hitl_mcp.config.validation import describe as _describe
 from hitl_mcp.config.validation import scrub as _scrub
+from hitl_mcp.core.durations import DurationValidator, InstantValidator, short_duration
+from hitl_mcp.core.models import iso
 
 
 def _build(doc: _Doc, file: str | None) -> Config:
@@ -189,7 +192,7 @@ def _plain(value: Any) -> Any:
         return "***"
     if isinstance(value, BaseModel):
         return {
-            (f.alias or name): _plain(getattr(value, name))
+            (f.alias or name): _written(f, _plain(getattr(value, name)))
             for name, f in type(value).model_fields.items()
             if not f.exclude
         }
@@ -200,6 +203,28 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return value
+
+
+def _written(field: FieldInfo, value: Any) -> Any:
+    """A duration as a duration (``1d``, ``10s``) and a moment as an ISO time, the way a config
+    says them, rather than the seconds they are kept as."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return value
+    kinds = {type(v) for v in _validators(field.annotation, field.metadata)}
+    if DurationValidator in kinds:
+        return short_duration(value)
+    if InstantValidator in kinds:
+        return iso(value)
+    return value
+
+
+def _validators(annotation: Any, metadata: list[Any]) -> list[Any]:
+    """The metadata of a field, and of every ``Annotated`` inside its type (``Annotated[...] | None``)."""
+    found = list(metadata)
+    found += getattr(annotation, "__metadata__", ())
+    for arg in get_args(annotation):
+        found += _validators(arg, [])
+    return found
 
 
 def effective_config(config: Config) -> dict[str, Any]:

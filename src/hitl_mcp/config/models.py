@@ -53,10 +53,16 @@ class RiskChoice(_Section):
     """How many of which people must approve (quorum.md)."""
 
 
+RiskLevel = Literal["low", "medium", "high"]
+
+
 class ApprovalDefaults(ToolDefaults):
     timeout: Annotated[float, bounded(1, 30 * DAY)] = HOUR
     approvals: Quorum | None = None
     """How many of which people must approve, unless the risk or the call says otherwise."""
+    step_up: list[RiskLevel] = Field(default_factory=lambda: list[RiskLevel](["high"]))
+    """The risks whose approval counts only with a fresh passkey assertion in the inbox (people.md):
+    ``[high]`` by default, ``[]`` for none. It applies once the config names people."""
     risk: dict[Literal["low", "medium", "high"], RiskChoice] = Field(default_factory=dict)
 
 

@@ -26,4 +26,5 @@ def policy_from_config(config: Config) -> Policy:
         ladders=config.escalation,
         types={name: block.type for name, block in config.channels.items()},
         choices=choices,
+        step_up=frozenset(d.request_approval.step_up),
     )

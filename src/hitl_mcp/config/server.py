@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BeforeValidator, Field, SecretStr, field_validator
+from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from hitl_mcp.config.section import Section, reject_bool
-from hitl_mcp.core.durations import bounded
+from hitl_mcp.core.durations import DAY, HOUR, bounded
 from hitl_mcp.kit.state_key import StateKey
 
 #: the shortest agent token the config accepts: 128 bits as URL-safe base64 (what `agent add` makes is 256)
@@ -78,6 +78,56 @@ class CliConfig(Section):
     anything."""
 
 
+BUILTIN = "builtin"
+
+
+class IntrospectionConfig(Section):
+    """An external provider's RFC 7662 introspection endpoint, for its opaque access tokens."""
+
+    url: str
+    client_id: str = Field(min_length=1)
+    client_secret: SecretStr
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _check_url(cls, value: Any) -> Any:
+        return _http_url(value, "https://idp.example.com/oauth2/introspect")
+
+
+class OAuthConfig(Section):
+    """``server.oauth``: OAuth 2.1 access tokens on ``/mcp`` (docs/remote.md). The resource is
+    ``<public_url>/mcp``; tokens must be for it (RFC 8707 audience) and carry ``hitl:ask``."""
+
+    issuer: str
+    """``builtin``: this server is its own authorization server (one operator, who consents on the
+    inbox's sign-in); else the external provider's issuer URL (its JWKS or introspection checks)."""
+    jwks_uri: str | None = None
+    """External JWT access tokens: the provider's key set; unset, found in its published metadata."""
+    introspection: IntrospectionConfig | None = None
+    """External opaque access tokens: asked about at the provider's introspection endpoint."""
+    audience: str | None = None
+    """What an external token's ``aud`` must hold; unset: this server's resource, ``<public_url>/mcp``."""
+    leeway: Annotated[float, bounded(0, 300)] = 30.0
+    """External tokens: how far past ``exp`` a token still counts (clocks differ)."""
+    access_token_ttl: Annotated[float, bounded(60, DAY)] = HOUR
+    refresh_token_ttl: Annotated[float, bounded(HOUR, 365 * DAY)] = 30 * DAY
+    dynamic_registration: bool = True
+    """Built-in: clients may register themselves (RFC 7591), as Claude and ChatGPT do."""
+    client_metadata_documents: bool = True
+    """Built-in: a client may be an https URL that serves its metadata (Client ID Metadata Documents)."""
+
+    @field_validator("issuer", "jwks_uri", mode="before")
+    @classmethod
+    def _check_issuer(cls, value: Any) -> Any:
+        if value is None or value == BUILTIN:
+            return value
+        return _http_url(value, "https://idp.example.com/realms/team (or builtin)")
+
+    @property
+    def builtin(self) -> bool:
+        return self.issuer == BUILTIN
+
+
 class ServerConfig(Section):
     http: HttpConfig = Field(default_factory=HttpConfig)
     public_url: str | None = None
@@ -97,6 +147,17 @@ class ServerConfig(Section):
     cli: CliConfig = Field(default_factory=CliConfig)
     request_state_key: StateKey = None
     """Seals 2026-07-28 round-trip state, the same on every replica (``state_key.py``)."""
+    oauth: OAuthConfig | None = None
+    """OAuth 2.1 for remote hosts (claude.ai, ChatGPT): an external provider or the built-in one."""
+
+    @model_validator(mode="after")
+    def _oauth_needs_public_url(self) -> ServerConfig:
+        if self.oauth is not None and self.public_url is None:
+            raise PydanticCustomError(
+                "oauth_public_url",
+                "server.oauth needs server.public_url: the https address hosts reach, which tokens are for",
+            )
+        return self
 
     @field_validator("public_url", mode="before")
     @classmethod

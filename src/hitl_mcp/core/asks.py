@@ -21,6 +21,9 @@ class AskSpec:
     choices: list[str] | None = None
     allow_free_text: bool | None = None
     payload: Any = None
+    preview: Any = None
+    """For an approval: what it will do as a person reads it (``previews.Preview``, or its JSON);
+    the broker normalises and hashes it, and raises ``risk`` by what it shows."""
     risk: Risk | None = None
     level: Level | None = None
     default_answer: str | None = None

@@ -4,7 +4,7 @@ The requests table is not hash-chained, so ``audit verify`` ties each row to the
 in the chain's order, every event that writes a request's row after it was created, exactly as the
 store engines write it:
 
-- ``created``: what was asked (kind, text, payload hash, channels, when, the deadline); a
+- ``created``: what was asked (kind, text, payload and preview hashes, channels, when, the deadline); a
   notification starts ``notified``, everything else ``pending``;
 - ``step_sent``: a ``notify`` step (its channels named, or those of ``notify_people`` and their
   delegates) adds the channels the request was not on yet; a ``remind`` step changes nothing;
@@ -27,6 +27,7 @@ from typing import Any
 
 from hitl_mcp.core.audit import SETTLING_EVENTS, AuditRow
 from hitl_mcp.core.models import Kind, Reply, Request, Status, payload_sha256
+from hitl_mcp.core.previews import preview_sha256
 from hitl_mcp.core.quorum import Vote
 
 #: the events that settle a request, once
@@ -38,6 +39,8 @@ FIELDS = (
     "text",
     "payload_sha256",
     "payload",
+    "preview_sha256",
+    "preview",
     "created_at",
     "expires_at",
     "channels",
@@ -127,6 +130,8 @@ def _created(row: AuditRow) -> Replayed:
         text=data.get("text"),
         payload_sha256=data.get("payload_sha256"),
         payload=data.get("payload_sha256"),  # compared with the hash of the payload the row holds
+        preview_sha256=data.get("preview_sha256"),
+        preview=data.get("preview_sha256"),  # likewise
         created_at=row.at,
         expires_at=data.get("expires_at"),
         channels=list(data.get("channels") or []),
@@ -172,16 +177,17 @@ def _vote(row: AuditRow, decision: Any, request: Replayed) -> Vote | _Unreadable
             person=data.get("person"),
             on_behalf_of=data.get("on_behalf_of"),
             payload_sha256=request.values["payload_sha256"],
+            preview_sha256=request.values["preview_sha256"],
         )
         return reply.vote(row.at)
     except ValueError:  # pydantic's ValidationError is one
         return _Unreadable()
 
 
-def _hash(payload: Any) -> str | _Unreadable | None:
+def _hash(value: Any, preview: bool = False) -> str | _Unreadable | None:
     try:
-        return payload_sha256(payload)
-    except ValueError:  # text no encoding can write (a lone surrogate): not what anyone approved
+        return preview_sha256(value) if preview else payload_sha256(value)
+    except (ValueError, TypeError):  # text no encoding can write (a lone surrogate), or not an object
         return _Unreadable()
 
 
@@ -193,10 +199,10 @@ def departure(request: Request, replayed: Replayed) -> str:
         return f"it settled more than once (rows {', '.join(str(r.seq) for r in settles)})"
     for name in FIELDS:
         want = replayed.values[name]
-        if name == "payload":
+        if name in ("payload", "preview"):
             if request.kind != Kind.APPROVAL:
                 continue
-            have: Any = _hash(request.payload)
+            have: Any = _hash(getattr(request, name), preview=name == "preview")
         else:
             have = getattr(request, name)
             have = have.value if isinstance(have, Enum) else have

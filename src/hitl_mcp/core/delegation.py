@@ -19,9 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
+from hitl_mcp.core.durations import InstantValidator
 from hitl_mcp.core.models import iso
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def _moment(value: Any) -> Any:
         ) from None
 
 
-Moment = Annotated[float, BeforeValidator(_moment)]
+Moment = Annotated[float, InstantValidator(_moment)]
 
 
 class Delegation(BaseModel):

@@ -9,6 +9,7 @@ config (which imports them). Two ways of writing a duration, for two readers:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any
@@ -109,6 +110,18 @@ def format_duration(seconds: float) -> str:
     return f"{hours // 24}d{hours % 24:02d}h"
 
 
+@dataclasses.dataclass(frozen=True)
+class DurationValidator(BeforeValidator):
+    """The validator of a field that takes a duration (``bounded``): what reads the config back, such
+    as ``hitl-mcp check``, writes its seconds as a duration again (``1d``, not ``86400.0``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class InstantValidator(BeforeValidator):
+    """The validator of a field that takes a moment (an ISO date or date-time, kept as epoch
+    seconds): what reads the config back writes it as an ISO time again."""
+
+
 def bounded(low: float, high: float) -> BeforeValidator:
     """A validator for a float field that takes a duration within [low, high] seconds:
     ``Annotated[float, bounded(1, 300)]``."""
@@ -125,4 +138,4 @@ def bounded(low: float, high: float) -> BeforeValidator:
             )
         return seconds
 
-    return BeforeValidator(validate)
+    return DurationValidator(validate)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from hitl_mcp.core.delegation import Delegation, active, delegate_of, stands_for
 from hitl_mcp.core.errors import UnknownChannel
-from hitl_mcp.core.ladders import LadderConfig, StepConfig
+from hitl_mcp.core.ladders import TERMINAL, LadderConfig, StepConfig
 from hitl_mcp.core.models import Kind
 from hitl_mcp.core.quorum import Quorum
 from hitl_mcp.core.store import PlannedStep
@@ -21,7 +21,10 @@ from hitl_mcp.core.store import PlannedStep
 if TYPE_CHECKING:
     from hitl_mcp.core.models import Request
 
-__all__ = ["Choice", "Policy"]
+__all__ = ["TERMINAL", "TERMINAL_CHANNEL", "Choice", "Policy"]
+
+#: the channel the CLI's answers are recorded under
+TERMINAL_CHANNEL = "cli"
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,13 @@ class Policy:
     """The config's delegations (``at`` adds the run-time ones)."""
     delegates: Mapping[str, str] = field(default_factory=dict)
     """Who stands in for whom at one moment (see ``at``): ``{from: to}``."""
+    step_up: frozenset[str] = frozenset()
+    """The risks whose approval needs a passkey step-up (``defaults.request_approval.step_up``)."""
+
+    def needs_step_up(self, kind: Kind, risk: str | None) -> bool:
+        """Whether an approval of this risk counts only with a passkey assertion: only where there are
+        people to hold passkeys."""
+        return kind == Kind.APPROVAL and (risk or "medium") in self.step_up and bool(self.people)
 
     # --- people ----------------------------------------------------------------------------
 
@@ -95,6 +105,8 @@ class Policy:
             raise UnknownChannel(f"unknown person {', '.join(map(repr, unknown))}; people: {known}")
         people = [delegate_of(p, self.delegates)[0] for p in people]  # those away: their delegates
         found = [c for c in self.types if any(self.identity(p, c) is not None for p in people)]
+        if not found:  # people known only at the terminal, say: every person may sign in to the inbox
+            found = [c for c, kind in self.types.items() if kind == "web"]
         if not found:
             raise UnknownChannel(
                 f"{', '.join(map(repr, people))} ha{'s' if len(people) == 1 else 've'} "
@@ -102,12 +114,22 @@ class Policy:
             )
         return found
 
-    def person_of(self, channel: str, responder: str) -> str | None:
-        """Whose identity this is on this channel (compared without case: e-mail addresses)."""
-        wanted = responder.strip().casefold()
+    def person_of(self, channel: str, identity: str | None) -> str | None:
+        """Whose verified identity this is on this channel (compared without case: e-mail addresses).
+        At the terminal (the CLI's answers) it is the OS user, under the person's ``terminal`` key; in
+        the inbox (a channel of type ``web``) the person signed in, by name."""
+        if identity is None:
+            return None
+        if channel == TERMINAL_CHANNEL:
+            key = TERMINAL
+        elif self.types.get(channel) == "web":
+            return identity if identity in self.people else None
+        else:
+            key = channel
+        wanted = identity.strip().casefold()
         for person in self.people:
-            identity = self.identity(person, channel)
-            if identity is not None and identity.strip().casefold() == wanted:
+            found = self.identity(person, key)
+            if found is not None and found.strip().casefold() == wanted:
                 return person
         return None
 

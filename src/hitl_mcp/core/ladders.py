@@ -28,6 +28,9 @@ def _address(value: Any) -> Any:
 
 Address = Annotated[str, BeforeValidator(_address), Field(min_length=1)]
 Person = dict[str, Address]
+#: the key of a person (``people:``) that names their OS user, whose answers at the terminal (the
+#: CLI's ``answer``, ``approve``, ``deny``) are theirs
+TERMINAL = "terminal"
 
 
 def _fraction(value: Any) -> Any:

@@ -81,7 +81,12 @@ class Request(BaseModel):
     allow_free_text: bool = True
     payload: Any = None
     payload_sha256: str | None = None
+    preview: dict[str, Any] | None = None
+    """What the approval will do as a person reads it (``previews.normalise``'s stored form)."""
+    preview_sha256: str | None = None
     risk: Risk | None = None
+    risk_reasons: list[str] | None = None
+    """Why the content raised the risk ("deletes every row of invoices"; ``content_risk``)."""
     level: Level | None = None
     default_answer: str | None = None
     channels: list[str] = Field(default_factory=list)
@@ -89,6 +94,9 @@ class Request(BaseModel):
     """The people asked (config ``people``), as the call or the defaults named them."""
     approvals: Quorum | None = None
     """For an approval that needs several people: how many of whom (``of`` filled in at ask time)."""
+    step_up: bool = False
+    """An approval that counts only with a fresh passkey assertion in the inbox (set at ask time from
+    ``defaults.request_approval.step_up``); a denial needs none."""
     idempotency_key: str | None = None
     session_key: str | None = None
     client_name: str | None = None
@@ -144,6 +152,8 @@ class Request(BaseModel):
         ]
         if self.approvals is not None:  # only then: the fingerprints of requests without one are unchanged
             material.append(self.approvals.model_dump(mode="json"))
+        if self.preview_sha256 is not None:  # likewise
+            material.append({"preview_sha256": self.preview_sha256})
         return hashlib.sha256(canonical_json(material).encode()).hexdigest()
 
 
@@ -154,16 +164,26 @@ class Reply(BaseModel):
 
     channel: str
     responder: str
+    """Who answered, as people read it ("@olive (U042)", "Olive <olive@example.com>"): display text."""
+    identity: str | None = None
+    """The identity the channel verified, as ``people:`` holds it: a Slack or Telegram user id, an
+    E.164 number, a mail address, a webhook's responder, the OS user at the terminal, the person
+    signed in to the inbox. The broker credits the reply by this alone; None credits no one."""
     text: str | None = None
     choice: str | None = None
     decision: Decision | None = None
     comment: str | None = None
     person: str | None = None
-    """The person (config ``people``) this channel identity belongs to: set by the broker, not channels."""
+    """The person (config ``people``) the identity belongs to: set by the broker, not channels."""
     on_behalf_of: str | None = None
     """The person asked whom ``person`` answers for as their delegate: set by the broker."""
     payload_sha256: str | None = None
     """The payload hash of the request as it was read when the reply came: set by the broker."""
+    preview_sha256: str | None = None
+    """Likewise, the preview's hash: an approval covers both."""
+    proof: dict[str, Any] | None = None
+    """A step-up's passkey assertion, checked by the inbox before it hands the reply over (kept with the
+    reply, to be verified offline: ``web/stepup.py``)."""
     remember: bool | None = None
     """An "Approve & remember" button: once this approval wins, the broker keeps the default rule for
     it (``rules.exactly``: this agent, this tool, these exact arguments, 24 h); never for high risk."""
@@ -180,6 +200,7 @@ class Reply(BaseModel):
             comment=(self.comment or "").strip() or None,
             at=at,
             payload_sha256=self.payload_sha256,
+            preview_sha256=self.preview_sha256,
         )
 
 
@@ -205,6 +226,9 @@ class Outcome(BaseModel):
         None, description="For approvals: true only when a person approved. Expiry or cancel is false."
     )
     payload_sha256: str | None = Field(None, description="For approvals: SHA-256 of the payload approved.")
+    preview_sha256: str | None = Field(
+        None, description="For approvals with a preview: SHA-256 of the preview the person was shown."
+    )
     comment: str | None = None
     responder: str | None = Field(None, description="Who answered, as the channel knows them.")
     channel: str | None = Field(None, description="The channel the answer came through.")

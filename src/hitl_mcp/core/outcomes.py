@@ -20,6 +20,24 @@ def expiry_outcome(request: Request) -> dict[str, Any]:
     return {"answer": request.default_answer}
 
 
+#: why an approval that needs a step-up was not taken (channels say it as "Not recorded: ...")
+STEP_UP_NEEDED = "this approval counts only with a passkey: approve it in the inbox (a denial works anywhere)"
+
+
+def proved(request: Request, reply: Reply) -> bool:
+    """Whether the reply carries a passkey assertion the inbox checked for exactly this request, its
+    payload and this decision (``web/stepup.py`` checks the signature; this, what it covers)."""
+    proof = reply.proof or {}
+    return (
+        proof.get("type") == "webauthn.get"
+        and proof.get("request_id") == request.id
+        and proof.get("payload_sha256") == (request.payload_sha256 or "")
+        and proof.get("decision") == reply.decision
+        and reply.identity is not None
+        and proof.get("person") == reply.identity
+    )
+
+
 def check_reply(request: Request, reply: Reply) -> dict[str, Any]:
     """The outcome a reply gives this request, or ``ReplyInvalid`` saying why it does not fit."""
     comment = (reply.comment or "").strip() or None
@@ -28,6 +46,8 @@ def check_reply(request: Request, reply: Reply) -> dict[str, Any]:
             raise ReplyInvalid("an approval takes a decision (approve or deny) and an optional comment")
         if reply.decision not in ("approve", "deny"):
             raise ReplyInvalid("an approval needs a decision: approve or deny")
+        if reply.decision == "approve" and request.step_up and not proved(request, reply):
+            raise ReplyInvalid(STEP_UP_NEEDED)
         return {"approved": reply.decision == "approve", "comment": comment}
     if request.kind != Kind.QUESTION:
         raise ReplyInvalid("a notification takes no reply")

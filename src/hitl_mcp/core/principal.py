@@ -31,6 +31,8 @@ PRINCIPAL_KEY = "hitl.principal"
 AGENT_CREDENTIAL = "agent"
 #: the scope every credential that may use the tools carries (OAuth: what a token must be granted)
 ASK_SCOPE = "hitl:ask"
+#: between the parts of an OAuth principal's name (who, subject, client, issuer)
+OAUTH_SEPARATOR = "|"
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class Principal:
             return "the operator"
         if self.kind == "stdio":
             return f"{self.name} (stdio)"
+        if self.kind == "oauth":
+            return f"{self.name.split(OAUTH_SEPARATOR, 1)[0]} via OAuth"
         return f"{self.kind} {self.name}"
 
     @classmethod
@@ -65,6 +69,12 @@ class Principal:
     @classmethod
     def agent(cls, name: str) -> Principal:
         return cls("agent", name)
+
+    @classmethod
+    def oauth(cls, issuer: str, subject: str, client: str, person: str | None = None) -> Principal:
+        """An OAuth access token's: who (the person of ``people:`` its subject maps to, else the
+        subject), then the subject, the client and the issuer: the three that identify it."""
+        return cls("oauth", OAUTH_SEPARATOR.join((person or subject, subject, client, issuer)))
 
 
 def of_owner(owner: str) -> Principal:

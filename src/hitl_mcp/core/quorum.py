@@ -55,6 +55,8 @@ class Vote(BaseModel):
     at: float
     payload_sha256: str | None = None
     """The payload hash the vote was given for: a vote for another payload does not count."""
+    preview_sha256: str | None = None
+    """Likewise the preview's: a vote for another preview does not count."""
 
     @property
     def seat(self) -> str:
@@ -72,21 +74,27 @@ class Count:
     reason: str | None = None
 
 
-def counted_votes(quorum: Quorum, votes: Sequence[Vote], payload_sha256: str | None) -> list[Vote]:
-    """The votes that count, in order: for the payload shown, for a seat in ``of``, each person and
-    each seat once."""
+def counted_votes(
+    quorum: Quorum, votes: Sequence[Vote], payload_sha256: str | None, preview_sha256: str | None = None
+) -> list[Vote]:
+    """The votes that count, in order: for the payload and preview shown, for a seat in ``of``, each
+    person and each seat once."""
     kept: list[Vote] = []
     for vote in votes:
-        if _why_not(quorum, kept, vote, payload_sha256) is None:
+        if _why_not(quorum, kept, vote, payload_sha256, preview_sha256) is None:
             kept.append(vote)
     return kept
 
 
-def _why_not(quorum: Quorum, kept: Sequence[Vote], vote: Vote, payload_sha256: str | None) -> str | None:
+def _why_not(
+    quorum: Quorum, kept: Sequence[Vote], vote: Vote, payload_sha256: str | None, preview_sha256: str | None
+) -> str | None:
     if vote.seat not in quorum.of:
         return f"{vote.person or vote.responder} is not one of the approvers ({', '.join(quorum.of)})"
     if vote.payload_sha256 != payload_sha256:
         return "the vote was given for a different payload"
+    if vote.preview_sha256 != preview_sha256:
+        return "the vote was given for a different preview"
     for earlier in kept:
         taken = {earlier.person, earlier.seat}
         if vote.person in taken or vote.seat in taken:
@@ -108,10 +116,16 @@ def decision(quorum: Quorum, votes: Sequence[Vote]) -> VoteDecision | None:
     return None
 
 
-def count_vote(quorum: Quorum, votes: Sequence[Vote], vote: Vote, payload_sha256: str | None) -> Count:
+def count_vote(
+    quorum: Quorum,
+    votes: Sequence[Vote],
+    vote: Vote,
+    payload_sha256: str | None,
+    preview_sha256: str | None = None,
+) -> Count:
     """Count ``vote`` after ``votes`` (those already counted, as the request stores them)."""
-    kept = counted_votes(quorum, votes, payload_sha256)
-    why = _why_not(quorum, kept, vote, payload_sha256)
+    kept = counted_votes(quorum, votes, payload_sha256, preview_sha256)
+    why = _why_not(quorum, kept, vote, payload_sha256, preview_sha256)
     if why is not None:
         return Count(False, kept, decision(quorum, kept), why)
     kept = [*kept, vote]

@@ -73,6 +73,9 @@ class ReplyRow:
     person: str | None = None
     on_behalf_of: str | None = None
     payload_sha256: str | None = None
+    preview_sha256: str | None = None
+    proof: dict[str, Any] | None = None
+    """What the reply proved beyond its channel: a step-up's passkey assertion (``people.md``)."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,8 @@ class CredentialRow:
     created_at: float
     revoked_at: float | None
     revoked_by: str | None
+    expires_at: float | None = None
+    """Past this, it is no longer live (OAuth codes and tokens); None: until revoked."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ def to_outcome(
         choice=request.choice,
         approved=_approved(request),
         payload_sha256=request.payload_sha256 if request.kind == Kind.APPROVAL else None,
+        preview_sha256=request.preview_sha256 if request.kind == Kind.APPROVAL else None,
         comment=request.comment,
         responder=request.responder,
         channel=request.channel,
@@ -123,6 +124,8 @@ def describe(outcome: Outcome, request: Request) -> str:
             head += " Votes: " + "; ".join(_said(v) for v in request.votes) + "."
         if outcome.approved and outcome.payload_sha256:
             head += f" Payload SHA-256: {outcome.payload_sha256}."
+        if outcome.approved and outcome.preview_sha256:
+            head += f" Preview SHA-256: {outcome.preview_sha256}."
     elif outcome.status == Status.ANSWERED:
         head = f'Answer{who}{via}: "{outcome.answer}".{comment}'
     elif outcome.status == Status.EXPIRED:

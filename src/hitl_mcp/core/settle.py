@@ -9,13 +9,15 @@ Dramatiq result backend implements only ``_get`` and ``_store``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hitl_mcp.core.models import Reply, Request, Settled, Status
+from hitl_mcp.core.models import Reply, Request, Settled, Status, payload_sha256
+from hitl_mcp.core.previews import preview_sha256
 from hitl_mcp.core.quorum import Vote, count_vote
 
-__all__ = ["ReplyPlan", "plan_reply"]
+__all__ = ["ReplyPlan", "altered", "plan_reply"]
 
 #: the fields an answer writes from the outcome (besides who answered, where and when)
 OUTCOME_FIELDS = ("answer", "choice", "approved", "comment")
@@ -42,19 +44,48 @@ class ReplyPlan:
     the outcome, who answered and the votes); the engine queues the retractions with them."""
 
 
-def plan_reply(current: Request, reply: Reply, outcome: dict[str, Any], at: float) -> ReplyPlan:
+def altered(current: Request, reply: Reply, asked: Mapping[str, Any] | None) -> str | None:
+    """Why an approval of ``current`` cannot count, or None: what it shows is not what was asked.
+    The stored payload and preview must hash to their hashes, those must be the ones the request
+    was created with (``asked``: its ``created`` audit row, when the engine read it) and the ones
+    the reply was given for (``Reply.payload_sha256``, ``preview_sha256``, when it names them: the
+    broker sets both from the request it read; for a quorum's vote, ``quorum.count_vote`` checks
+    those and says "the vote was given for a different payload")."""
+    quorum = current.approvals is not None
+    checks = (
+        ("payload", payload_sha256(current.payload), current.payload_sha256, reply.payload_sha256),
+        ("preview", preview_sha256(current.preview), current.preview_sha256, reply.preview_sha256),
+    )
+    for name, held, stored, shown in checks:
+        recorded = stored if asked is None else asked.get(f"{name}_sha256")
+        if not held == stored == recorded or (not quorum and shown is not None and shown != stored):
+            return f"the {name} changed after it was asked, so it cannot be approved; deny it or ask again"
+    return None
+
+
+def plan_reply(
+    current: Request, reply: Reply, outcome: dict[str, Any], at: float, asked: Mapping[str, Any] | None = None
+) -> ReplyPlan:
     """``current``: the request as read in the transaction, already expired if it was due. For a
     request with a quorum (``Request.approvals``), a decision is a vote, counted by
     ``quorum.count_vote`` against the votes the row holds, and the request settles only when they
-    decide it."""
+    decide it. An approval of a request whose payload or preview changed since it was asked
+    (:func:`altered`; ``asked``: the data of its ``created`` audit row) is refused: recorded, never
+    counted."""
     credited: dict[str, Any] = {"person": reply.person} if reply.person else {}
     if reply.on_behalf_of:
         credited["on_behalf_of"] = reply.on_behalf_of
     pending = current.status == Status.PENDING
     fields = dict(outcome)
     votes = current.votes
+    why = altered(current, reply, asked) if pending and reply.decision == "approve" else None
+    if why is not None:
+        data = {"channel": reply.channel, **credited, "reason": why}
+        return ReplyPlan(Settled(False, current, why), "reply_ignored", data, False, why)
     if pending and current.approvals is not None:
-        count = count_vote(current.approvals, current.votes, reply.vote(at), current.payload_sha256)
+        count = count_vote(
+            current.approvals, current.votes, reply.vote(at), current.payload_sha256, current.preview_sha256
+        )
         if not count.counted:
             data = {"channel": reply.channel, **credited, "reason": count.reason}
             return ReplyPlan(

@@ -92,7 +92,7 @@ class Store(Protocol):
         request_id: str,
         reply: Reply,
         outcome: dict[str, Any],
-        expired: dict[str, Any],
+        expired: dict[str, Any] | None,
         silent: Collection[str],
     ) -> Settled | None:
         """Record the reply; it wins only if the request is still pending and unexpired. For a request
@@ -101,7 +101,8 @@ class Store(Protocol):
         audited ``reply_ignored``; one that counts without deciding is stored in ``votes``, audited
         ``voted`` and returned with ``counted`` and the progress as ``reason``; one that decides
         settles the request as any winning reply does. A request
-        found past its expiry is expired first, with the ``expired`` outcome. Settling queues a
+        found past its expiry is expired first, with the ``expired`` outcome (None: deadlines are
+        frozen, approvals being paused, and the reply counts). Settling queues a
         retraction on every channel that was sent the request, except the ``silent`` ones, and
         cancels its scheduled steps and unsent reminders (every settle does, in its transaction)."""
         ...
@@ -112,11 +113,12 @@ class Store(Protocol):
         status: Status,
         actor: str,
         outcome: dict[str, Any],
-        expired: dict[str, Any],
+        expired: dict[str, Any] | None,
         silent: Collection[str],
     ) -> Settled | None:
         """Expire or cancel a pending request (conditional: a settled one is returned unchanged). A
-        cancel that comes after the expiry time expires it instead, with the ``expired`` outcome."""
+        cancel that comes after the expiry time expires it instead, with the ``expired`` outcome (None:
+        deadlines are frozen, and it is cancelled)."""
         ...
 
     async def due_expiries(self, now: float, limit: int = 100) -> list[str]: ...
@@ -186,12 +188,24 @@ class Store(Protocol):
         before it; how many entries went."""
         ...
 
-    async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
-        """Keep an inbox session by the hash of its id; drop the one it ``replaces`` and expired ones."""
+    async def add_session(
+        self, digest: str, expires_at: float, replaces: str | None = None, person: str | None = None
+    ) -> None:
+        """Keep an inbox session by the hash of its id (a ``person``'s, or the operator's); drop the one
+        it ``replaces`` and expired ones."""
         ...
 
     async def session_alive(self, digest: str) -> bool:
         """Whether the session with this hash exists and has not expired."""
+        ...
+
+    async def session_holder(self, digest: str) -> str | None:
+        """Whose live session this is: the person's name, "" for the operator's, None for no session."""
+        ...
+
+    async def count_signature(self, digest: str, count: int) -> bool:
+        """Keep a passkey's sign count (the passkey's credential digest), in one conditional write:
+        true only when it went up (or stays 0, for authenticators that keep no count)."""
         ...
 
     async def end_sessions(self, digest: str | None = None) -> int:
@@ -235,14 +249,21 @@ class Store(Protocol):
         ...
 
     async def add_credential(
-        self, kind: str, name: str, digest: str, data: dict[str, Any], actor: str
+        self,
+        kind: str,
+        name: str,
+        digest: str,
+        data: dict[str, Any],
+        actor: str,
+        expires_at: float | None = None,
     ) -> CredentialRow:
         """Keep a credential, with its ``<kind>_added`` audit row (the name and ``data``), in one
-        transaction. Raises ``KeyConflict`` if ``name`` already has a live one of this kind."""
+        transaction. Raises ``KeyConflict`` if ``name`` already has a live one of this kind.
+        ``expires_at``: past it, ``credential`` no longer finds it (an OAuth code or token)."""
         ...
 
     async def credential(self, kind: str, digest: str) -> CredentialRow | None:
-        """The live credential of ``kind`` with this digest, or None."""
+        """The live credential of ``kind`` with this digest (not revoked, not expired), or None."""
         ...
 
     async def credentials(self, kind: str) -> builtins.list[CredentialRow]:

@@ -9,8 +9,9 @@ expiry is never worded as a refusal.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from hitl_mcp.core.models import Kind, Request, Status
+from hitl_mcp.core.models import Kind, Request, Status, iso
 
 
 def verdict(approved: bool | None) -> str:
@@ -88,3 +89,30 @@ def fate(request: Request, *, quote: Callable[[str], str] | None = None, when: s
 def still_waiting(text: str) -> str:
     """A reminder of a request nobody has answered yet: ``Still waiting: <the question>``."""
     return f"Still waiting: {text}"
+
+
+#: actors of audit rows that are no one: the clock's own doings, which their event already says
+NOBODY = {"expiry"}
+
+
+def trail_by(actor: str | None) -> str:
+    """``" by alice"`` after an audit row's event in a trail; nothing for an actor that is no one
+    (``expired``, not "expired by expiry")."""
+    return f" by {actor}" if actor and actor not in NOBODY else ""
+
+
+def trail_data(data: dict[str, Any]) -> dict[str, Any]:
+    """An audit row's data as a trail shows it: its times (``expires_at``...) in ISO like the rest of
+    the trail, not epoch seconds. The row itself, hashed into the chain, stays as it is."""
+    return {
+        key: iso(value) if key.endswith("_at") and _seconds(value) else value for key, value in data.items()
+    }
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+#: what a channel that cannot do a passkey says of an approval that needs one (a step-up), beside Deny
+STEP_UP_HINT = "Approving this needs your passkey: approve it in the hitl-mcp inbox. Deny works here."
+STEP_UP_BUTTON = "Approve in the inbox (passkey)"

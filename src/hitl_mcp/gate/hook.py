@@ -26,6 +26,7 @@ import anyio
 
 from hitl_mcp.gate.hooks import HookCall, Verdict
 from hitl_mcp.gate.policy import Decision, Policy
+from hitl_mcp.gate.previews import preview_for
 
 #: the most stdin a hook event may take (a large Write's content fits)
 MAX_EVENT = 8 * 1024 * 1024
@@ -64,6 +65,9 @@ async def ask_person(
         # event without one (PermissionRequest, Gemini CLI) asks afresh each time: a key made from the
         # arguments would let an old approval answer the same command run again later
         arguments["idempotency_key"] = f"{host}:{call.call_id}"[:200]
+    preview = preview_for(call.tool, call.arguments, call.cwd, decision.preview)
+    if preview is not None:  # the diff against the file on disk, the command, the SQL
+        arguments["preview"] = preview
     if decision.channels:
         arguments["channels"] = decision.channels
     if decision.to:
@@ -97,10 +101,9 @@ async def _asked(
 ) -> dict[str, Any]:
     """The outcome, once settled or once the deadline is near (then ``Unanswered``)."""
     import httpx2
+    from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.types import Implementation
-
-    from mcp import Client
 
     try:
         async with httpx2.AsyncClient(

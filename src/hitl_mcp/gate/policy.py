@@ -2,10 +2,19 @@
 
 ```yaml
 default: ask                   # for calls no rule matches: allow | ask | deny (ask unless set)
+unannotated: ask               # ... of a tool that gives no hints (ask; deny when default is deny)
+read_only: allow               # ... of a tool with readOnlyHint: true (unless set: as default)
 risk: medium                   # the default risk shown to the person
+risk_metadata: follow          # an upstream's riskLevel / approvalRecommendation: follow | ignore
+elicitation: allow             # the upstream's own forms, relayed to the host: allow | deny
+sampling: ask                  # the upstream asking the host's model: allow | ask | deny
 rules:                         # the first rule that matches decides
   - tools: ["read_*", "get_*"] # globs over the tool name
     action: allow
+  - tools: ["*"]
+    hints: {destructiveHint: true}  # the tool's annotations (hints.py: a missing one is MCP's default)
+    action: ask
+    approvals: {required: 2}   # a quorum, as request_approval takes it
   - tools: [run_command]
     when:                      # every condition must hold
       - {path: command, matches: "^rm\\b"}      # a JSON path into the arguments, a regex
@@ -17,6 +26,9 @@ rules:                         # the first rule that matches decides
     risk: high
     to: [owner]                # people / escalation: passed through (see docs/proxy.md)
     description: "Run `{{ arguments.command }}` in {{ arguments.cwd }}"
+  - tools: [run_query]
+    action: ask
+    preview: {kind: sql, argument: statement, dialect: postgres}   # what the person sees
 ```
 
 Errors name the file, line and key, like the main config (``config/``).
@@ -26,9 +38,9 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -37,15 +49,29 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hitl_mcp.config.errors import ConfigError
 from hitl_mcp.config.source import MAX_BYTES, _read_yaml
 from hitl_mcp.config.validation import convert as _convert
+from hitl_mcp.core.quorum import Quorum
+from hitl_mcp.gate.hints import HintName, ToolHints, stricter
+from hitl_mcp.gate.paths import lookup, split_path
+from hitl_mcp.gate.previews import PreviewRule
 
 Action = Literal["allow", "ask", "deny"]
 RiskLevel = Literal["low", "medium", "high"]
-TOP_KEYS = ("default", "risk", "channels", "timeout_seconds", "rules")
+TOP_KEYS = (
+    "default",
+    "unannotated",
+    "read_only",
+    "risk",
+    "risk_metadata",
+    "elicitation",
+    "sampling",
+    "channels",
+    "timeout_seconds",
+    "rules",
+)
 #: the longest description a template may render to (what the person reads; the payload is apart)
 MAX_DESCRIPTION = 4000
 
 _env = ImmutableSandboxedEnvironment(autoescape=False, undefined=jinja2.ChainableUndefined)
-_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
 class Condition(BaseModel):
@@ -59,7 +85,7 @@ class Condition(BaseModel):
     @field_validator("path")
     @classmethod
     def _path(cls, value: str) -> str:
-        if not _split_path(value):
+        if not split_path(value):
             raise ValueError("a path such as command, options.mode or files[0]")
         return value
 
@@ -93,14 +119,19 @@ class Rule(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tools: list[str] = Field(min_length=1)
     when: list[Condition] = Field(default_factory=list)
+    hints: dict[HintName, bool] = Field(default_factory=dict)
+    """Conditions on the tool's annotations; on a hook (no annotations known) they never hold."""
     action: Action
     risk: RiskLevel | None = None
+    approvals: Quorum | None = None
     reason: str | None = Field(default=None, max_length=1000)
     description: str | None = Field(default=None, max_length=4000)
     channels: list[str] | None = None
     to: list[str] | None = None
     escalation: str | None = None
     timeout_seconds: float | None = Field(default=None, ge=1, le=30 * 86400)
+    preview: PreviewRule | None = None
+    """What the person sees of the call (``previews.py``): a kind and the argument that holds it."""
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -119,41 +150,82 @@ class Rule(BaseModel):
                 ) from None
         return value
 
-    def matches(self, tool: str, arguments: dict[str, Any]) -> bool:
+    def matches(self, tool: str, arguments: dict[str, Any], hints: ToolHints | None = None) -> bool:
         named = any(fnmatch.fnmatchcase(tool, pattern) for pattern in self.tools)
-        return named and all(condition.holds(arguments) for condition in self.when)
+        if not named or not all(condition.holds(arguments) for condition in self.when):
+            return False
+        if self.hints and hints is None:
+            return False
+        return all(hints is not None and hints.value(h) == want for h, want in self.hints.items())
 
 
 class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid")
     default: Action = "ask"
+    unannotated: Action | None = None
+    """For a tool that gives no hints and no rule matches; unset: ask (deny when ``default`` is deny)."""
+    read_only: Action | None = None
+    """For a tool with ``readOnlyHint: true`` that no rule matches; unset: ``default``."""
     risk: RiskLevel = "medium"
+    risk_metadata: Literal["follow", "ignore"] = "follow"
+    elicitation: Literal["allow", "deny"] = "allow"
+    sampling: Action = "ask"
     channels: list[str] | None = None
     timeout_seconds: float | None = Field(default=None, ge=1, le=30 * 86400)
     rules: list[Rule] = Field(default_factory=list)
     source: Path | None = Field(default=None, exclude=True)
 
-    def decide(self, tool: str, arguments: dict[str, Any]) -> Decision:
+    def decide(self, tool: str, arguments: dict[str, Any], hints: ToolHints | None = None) -> Decision:
+        """The decision for one call; ``hints``: the tool's annotations (None: unknown, as in a hook)."""
         for index, rule in enumerate(self.rules):
-            if rule.matches(tool, arguments):
-                return Decision(
-                    action=rule.action,
-                    risk=rule.risk or self.risk,
-                    description=describe(rule.description, tool, arguments),
-                    reason=rule.reason,
-                    channels=rule.channels or self.channels,
-                    to=rule.to,
-                    escalation=rule.escalation,
-                    timeout_seconds=rule.timeout_seconds or self.timeout_seconds,
-                    rule=index,
+            if rule.matches(tool, arguments, hints):
+                return self._proposed(
+                    Decision(
+                        action=rule.action,
+                        risk=rule.risk or self.risk,
+                        description=describe(rule.description, tool, arguments),
+                        reason=rule.reason,
+                        channels=rule.channels or self.channels,
+                        to=rule.to,
+                        escalation=rule.escalation,
+                        timeout_seconds=rule.timeout_seconds or self.timeout_seconds,
+                        approvals=rule.approvals,
+                        rule=index,
+                        preview=rule.preview,
+                    ),
+                    hints,
                 )
-        return Decision(
-            action=self.default,
-            risk=self.risk,
-            description=describe(None, tool, arguments),
-            reason="no rule allows it" if self.default == "deny" else None,
-            channels=self.channels,
-            timeout_seconds=self.timeout_seconds,
+        action, why = self.default, "no rule allows it"
+        if hints is not None and hints.declared.get("readOnlyHint") is True and self.read_only is not None:
+            action, why = self.read_only, "a read-only tool, and read_only is deny"
+        elif hints is not None and not hints.annotated:
+            action = self.unannotated or ("deny" if self.default == "deny" else "ask")
+            why = "the tool gives no hints, and unannotated is deny" if self.unannotated else why
+        return self._proposed(
+            Decision(
+                action=action,
+                risk=self.risk,
+                description=describe(None, tool, arguments),
+                reason=why if action == "deny" else None,
+                channels=self.channels,
+                timeout_seconds=self.timeout_seconds,
+            ),
+            hints,
+        )
+
+    def _proposed(self, decision: Decision, hints: ToolHints | None) -> Decision:
+        """The upstream's risk metadata read in: a higher risk, a quorum of two for "multi" (unless
+        the policy names one); it never changes the action."""
+        if hints is None or hints.proposal is None or self.risk_metadata == "ignore":
+            return decision
+        approvals = decision.approvals
+        if approvals is None and hints.approval == "multi":
+            approvals = Quorum(required=2, veto="any")
+        return replace(
+            decision,
+            risk=cast(RiskLevel, stricter(decision.risk, hints.risk)),
+            approvals=approvals,
+            proposal=hints.proposal,
         )
 
 
@@ -167,8 +239,12 @@ class Decision:
     to: list[str] | None = None
     escalation: str | None = None
     timeout_seconds: float | None = None
+    approvals: Quorum | None = None
+    proposal: str | None = None
+    """The upstream's risk metadata that was read in (shown to the person), if any."""
     rule: int | None = None
     """The index of the rule that decided; None: the default."""
+    preview: PreviewRule | None = None
 
 
 def describe(template: str | None, tool: str, arguments: dict[str, Any]) -> str:
@@ -183,34 +259,6 @@ def describe(template: str | None, tool: str, arguments: dict[str, Any]) -> str:
     except Exception:
         return plain
     return text[:MAX_DESCRIPTION] or plain
-
-
-def _split_path(path: str) -> list[str | int]:
-    text = path[2:] if path.startswith("$.") else path
-    parts: list[str | int] = []
-    pos = 0
-    while pos < len(text):
-        if text[pos] == ".":
-            pos += 1
-        found = _PATH_PART.match(text, pos)
-        if found is None:
-            return []
-        parts.append(found.group(1) if found.group(1) is not None else int(found.group(2)))
-        pos = found.end()
-    return parts
-
-
-def lookup(arguments: Any, path: str) -> tuple[bool, Any]:
-    """The value at ``path`` (``a.b[0].c``, optionally starting ``$.``), and whether it is there."""
-    value = arguments
-    for part in _split_path(path):
-        if isinstance(part, int) and isinstance(value, list) and part < len(value):
-            value = value[part]
-        elif isinstance(part, str) and isinstance(value, dict) and part in value:
-            value = value[part]
-        else:
-            return False, None
-    return True, value
 
 
 def _plain(value: Any) -> str:
@@ -253,4 +301,4 @@ def load_policy(path: str | Path) -> Policy:
     return policy
 
 
-__all__ = ["Decision", "Policy", "Rule", "describe", "load_policy", "lookup", "parse_policy"]
+__all__ = ["Decision", "Policy", "Rule", "describe", "load_policy", "parse_policy"]

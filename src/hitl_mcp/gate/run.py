@@ -30,10 +30,13 @@ class ProxyRuntime(Runtime):
         self.policy = policy
 
     def build_mcp(self) -> MCPServer:
-        return ProxyServer(self.upstream, self.policy, self.broker, self.settings(), "hitl-mcp-proxy")
+        inbox = self.inbox_url or self.local_url
+        return ProxyServer(self.upstream, self.policy, self.broker, self.settings(), "hitl-mcp-proxy", inbox)
 
 
-async def serve_proxy(config: Config, state_dir: Path, upstream: Upstream, policy: Policy) -> None:
+async def serve_proxy(
+    config: Config, state_dir: Path, upstream: Upstream, policy: Policy, port: int | None = None
+) -> None:
     """The proxy over stdio, with the upstream running beside it until the host goes away."""
     from hitl_mcp.kit.net import browser_url, http_url
     from hitl_mcp.serving import bind, serve_runtime
@@ -42,15 +45,17 @@ async def serve_proxy(config: Config, state_dir: Path, upstream: Upstream, polic
     check_database(state_dir / DB_FILE)
     runtime = ProxyRuntime(config, state_dir, upstream, policy)
     host = config.server.http.host
-    port = resolve_http_port(config)
+    port = resolve_http_port(config, port)
     url = http_url(host, port)
     if host not in ("0.0.0.0", "::"):
         runtime.inbox_url = runtime.inbox_url or url
     runtime.local_url = runtime.inbox_url or browser_url(host, port)
     mcp = runtime.build_mcp()
+    assert isinstance(mcp, ProxyServer)
     sock = bind(host, port)  # None: a `hitl-mcp serve` has the port; we share its database
     async with anyio.create_task_group() as tg:
         await tg.start(upstream.run)
+        await tg.start(mcp.forwards.run)
         try:
             await serve_runtime(runtime, mcp, "stdio", host, sock, url, state_dir)
         finally:

@@ -3,6 +3,10 @@ made when first needed and made again after it broke.
 
 An upstream that crashed or restarted is not this proxy's failure: the call that found it gone is
 answered with a tool error saying so, and the next call starts it again.
+
+What the upstream sends on its own goes to ``UpstreamHooks`` (the proxy): its notifications (log
+messages, ``list_changed``, resource updates), and its requests to the client, elicitation and
+sampling, which it may send only when the proxy declared them (the policy does not deny them).
 """
 
 from __future__ import annotations
@@ -10,13 +14,27 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
-from mcp.client.stdio import StdioServerParameters
-from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
-
 from mcp import Client, MCPError
+from mcp.client.session import ClientRequestContext, IncomingMessage
+from mcp.client.stdio import StdioServerParameters
+from mcp_types import (
+    CONNECTION_CLOSED,
+    REQUEST_TIMEOUT,
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    CreateMessageResultWithTools,
+    ElicitRequestParams,
+    ElicitResult,
+    ErrorData,
+    ListToolsRequest,
+    LoggingMessageNotificationParams,
+    PaginatedRequestParams,
+    Result,
+)
+from pydantic import ConfigDict
 
 log = logging.getLogger("hitl_mcp.gate")
 
@@ -29,6 +47,31 @@ class UpstreamError(Exception):
     """The upstream could not be reached, broke off, or did not answer in time: one line."""
 
 
+class UpstreamHooks(Protocol):
+    """Where what the upstream sends unasked goes (``proxy.py``)."""
+
+    elicits: bool
+    """Whether the upstream may ask the host's user (declared to it when connecting)."""
+    samples: bool
+    """Whether the upstream may ask the host's model."""
+
+    async def elicit(self, params: ElicitRequestParams) -> ElicitResult | ErrorData: ...
+
+    async def sample(
+        self, params: CreateMessageRequestParams
+    ) -> CreateMessageResult | CreateMessageResultWithTools | ErrorData: ...
+
+    async def log(self, params: LoggingMessageNotificationParams) -> None: ...
+
+    async def notified(self, message: IncomingMessage) -> None: ...
+
+
+class RawResult(Result):
+    """A result kept whole: fields the SDK's models do not know (a tool's risk metadata) stay."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 class Upstream:
     def __init__(
         self, command: list[str] | None = None, url: str | None = None, timeout: float = 600.0
@@ -39,6 +82,7 @@ class Upstream:
         self.url = url
         self.timeout = timeout
         self.name = url or " ".join(command or [])
+        self.hooks: UpstreamHooks | None = None
         self._client: Client | None = None
         self._lock = anyio.Lock()
         self._stop: anyio.Event | None = None
@@ -62,7 +106,7 @@ class Upstream:
     async def _hold(self, ready: anyio.Event, stop: anyio.Event, failed: list[BaseException]) -> None:
         """One connection, entered and left in this one task (the SDK's streams require it)."""
         try:
-            async with Client(self._target(), read_timeout_seconds=self.timeout, mode="legacy") as client:
+            async with Client(self._target(), **self._callbacks()) as client:
                 self._client = client
                 ready.set()
                 await stop.wait()
@@ -71,6 +115,33 @@ class Upstream:
         finally:
             self._client = None
             ready.set()
+
+    def _callbacks(self) -> dict[str, Any]:
+        hooks = self.hooks
+        options: dict[str, Any] = {"read_timeout_seconds": self.timeout, "mode": "legacy"}
+        if hooks is None:
+            return options
+
+        async def elicit(ctx: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult | ErrorData:
+            return await hooks.elicit(params)
+
+        async def sample(
+            ctx: ClientRequestContext, params: CreateMessageRequestParams
+        ) -> CreateMessageResult | CreateMessageResultWithTools | ErrorData:
+            return await hooks.sample(params)
+
+        options.update(logging_callback=hooks.log, message_handler=hooks.notified)
+        if hooks.elicits:
+            options["elicitation_callback"] = elicit
+        if hooks.samples:
+            options["sampling_callback"] = sample
+        return options
+
+    async def list_tools(self, cursor: str | None) -> dict[str, Any]:
+        """One page of the upstream's tools as it sent them (JSON), unknown fields included."""
+        request = ListToolsRequest(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+        raw = await self.call(lambda c: c.session.send_request(request, RawResult))
+        return raw.model_dump(by_alias=True, mode="json", exclude_none=True)
 
     async def client(self) -> Client:
         async with self._lock:
@@ -126,4 +197,4 @@ def _reason(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-__all__ = ["Upstream", "UpstreamError"]
+__all__ = ["Upstream", "UpstreamError", "UpstreamHooks"]

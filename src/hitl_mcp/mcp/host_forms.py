@@ -323,7 +323,8 @@ class HostForms:
             return None
         if answer.action == "accept":
             reply = elicitation.reply_from(request, answer.content, channel, who)
-            if reply.decision != "deny" and not broker.channels[channel].may_approve(request.risk):
+            may = not request.step_up and broker.channels[channel].may_approve(request.risk)
+            if reply.decision != "deny" and not may:
                 # a deny-only form: whatever else came back approves nothing
                 await broker.record(request.id, "form_approval_refused", who, {"channel": channel})
                 return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from hitl_mcp.channels import elicitation
+from hitl_mcp.channels.fitting import approve_here, shown
 from hitl_mcp.core.models import Kind, Request
 
 if TYPE_CHECKING:  # the broker loads after a stdio start is served (serving.SIDE_MODULES)
@@ -35,6 +36,13 @@ def link_message(request: Request, channel: str) -> str:
 
 
 def render_form(broker: Broker, request: Request, channel: str) -> elicitation.Form:
+    """The form; it offers Approve only for a risk the form may approve (``may_approve``) and a
+    preview its message shows whole (the kit's ``approve_here``)."""
     others = [n for n in request.channels if n != channel]
-    can_approve = request.kind != Kind.APPROVAL or broker.channels[channel].may_approve(request.risk)
-    return elicitation.render(request, others, can_approve)
+    # approvable here unless the preview does not fit the form, or it is a step-up's (a passkey's,
+    # in the inbox: the host's form may only deny it)
+    form = broker.channels[channel]
+    can_approve = request.kind != Kind.APPROVAL or (
+        not request.step_up and form.may_approve(request.risk) and approve_here(form, request) is None
+    )
+    return elicitation.render(request, others, can_approve, shown(form, request))

@@ -42,6 +42,7 @@ from hitl_mcp.mcp.tool_args import (
     ChannelList,
     IdempotencyKey,
     PeopleList,
+    PreviewArg,
     RequestId,
     TimeoutSeconds,
     WaitSeconds,
@@ -231,8 +232,10 @@ def build_server(
                 "with the decision: do exactly this if approved."
             ),
         ] = None,
+        preview: PreviewArg = None,
         risk: Annotated[
-            Literal["low", "medium", "high"] | None, Field(description="How risky it is.")
+            Literal["low", "medium", "high"] | None,
+            Field(description="How risky it is (a preview's content may raise it, never lower it)."),
         ] = None,
         channels: ChannelList = None,
         to: PeopleList = None,
@@ -253,6 +256,7 @@ def build_server(
             text=action,
             details=details,
             payload=payload,
+            preview=None if preview is None else preview.model_dump(mode="json", exclude_unset=True),
             risk=risk,
             channels=channels,
             to=to,

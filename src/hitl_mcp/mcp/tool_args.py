@@ -34,6 +34,7 @@ from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from pydantic import Field, PrivateAttr, ValidationError
 
+from hitl_mcp.core.previews import Preview
 from hitl_mcp.core.quorum import Quorum
 from hitl_mcp.mcp.tool_schemas import SCHEMAS
 
@@ -194,6 +195,16 @@ Approvals = Annotated[
     Field(
         description="Several approvers: {required: 2, of: [people], veto: any|none}. Each person counts "
         "once; by default one denial denies. Omit for one approval (or the configured default).",
+    ),
+]
+PreviewArg = Annotated[
+    Preview | None,
+    Field(
+        description="What the action will do, as the person should read it: {kind: diff, diff | files: "
+        "[{path, old, new}]}, {kind: command, command (line or argv), cwd?}, {kind: sql, statement, "
+        "dialect?}, {kind: table, columns, rows}, {kind: json, value} or {kind: markdown, text}; "
+        "optional title. Shown in full (or approved only in the inbox when a channel cannot show it "
+        "whole); its SHA-256 is returned as preview_sha256.",
     ),
 ]
 WaitSeconds = Annotated[

@@ -203,4 +203,30 @@ MIGRATIONS: list[str] = [
     );
     CREATE UNIQUE INDEX credentials_live ON credentials(kind, name) WHERE revoked_at IS NULL;
     """,
+    # credentials that expire (OAuth codes and tokens, web/oauth/): refused once past, by the lookup
+    """
+    ALTER TABLE credentials ADD COLUMN expires_at DOUBLE PRECISION;
+    CREATE INDEX credentials_expiry ON credentials(expires_at) WHERE expires_at IS NOT NULL;
+    """,
+    # previews (core/previews.py): an approval's preview in its stored form (JSON) and its SHA-256,
+    # kept in columns of their own (a diff can be large: it stays out of the body every listing reads),
+    # and on each reply row the preview hash it was given for, beside the payload's
+    """
+    ALTER TABLE requests ADD COLUMN preview TEXT;
+    ALTER TABLE requests ADD COLUMN preview_sha256 TEXT;
+    ALTER TABLE replies ADD COLUMN preview_sha256 TEXT;
+    """,
+    # 13: people sign in to the inbox as themselves (people.md): a session may belong to a person;
+    # each passkey's last sign count, raised by one conditional write so that an assertion whose count
+    # does not go up (a cloned authenticator, a replay) is refused; and on each reply the proof it
+    # came with (a step-up's passkey assertion, JSON), kept to be verified offline
+    """
+    ALTER TABLE web_sessions ADD COLUMN person TEXT;
+    CREATE TABLE sign_counts (
+        digest TEXT PRIMARY KEY,
+        count BIGINT NOT NULL,
+        used_at DOUBLE PRECISION NOT NULL
+    );
+    ALTER TABLE replies ADD COLUMN proof TEXT;
+    """,
 ]

@@ -55,7 +55,7 @@ from hitl_mcp.core.store import (
 from hitl_mcp.kit.net import redact
 from hitl_mcp.store.anchor import Anchorer
 from hitl_mcp.store.pg_schema import MIGRATIONS, VERSION_TABLE
-from hitl_mcp.store.rows import BODY_FIELDS, votes_json
+from hitl_mcp.store.rows import BODY_FIELDS, asked, created, preview_json, votes_json
 from hitl_mcp.store.rows import audit_row as _audit_row
 from hitl_mcp.store.rows import credential as _credential
 from hitl_mcp.store.rows import delivery as _delivery
@@ -532,7 +532,8 @@ class PostgresStore:
                     body["approvals"] = request.approvals.model_dump(mode="json")
                 inserted = await conn.fetchval(
                     "INSERT INTO requests (id, kind, status, body, owner, idempotency_key, dedupe_key,"
-                    " session_key, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                    " session_key, created_at, expires_at, preview, preview_sha256)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
                     " ON CONFLICT DO NOTHING RETURNING id",
                     request.id,
                     request.kind.value,
@@ -544,6 +545,8 @@ class PostgresStore:
                     request.session_key,
                     request.created_at,
                     request.expires_at,
+                    preview_json(request),
+                    request.preview_sha256,
                 )
                 if inserted is None:  # a duplicate committed first: reattach to it below
                     row = await existing(conn)
@@ -567,20 +570,7 @@ class PostgresStore:
                     for ch in request.channels
                 ],
             )
-            await self._append(
-                tx,
-                request.id,
-                "created",
-                request.client_name,
-                {
-                    "kind": request.kind.value,
-                    "text": request.text,
-                    "channels": request.channels,
-                    "payload_sha256": request.payload_sha256,
-                    "expires_at": request.expires_at,
-                },
-                at=at,
-            )
+            await self._append(tx, request.id, "created", request.client_name, created(request), at=at)
             if steps:
                 await conn.executemany(
                     "INSERT INTO steps (request_id, number, due_at, action, channels, label, status)"
@@ -641,7 +631,7 @@ class PostgresStore:
         request_id: str,
         reply: Reply,
         outcome: dict[str, Any],
-        expired: dict[str, Any],
+        expired: dict[str, Any] | None,
         silent: Collection[str],
     ) -> Settled | None:
         """What the reply does is decided by ``core.settle.plan_reply`` on the row as read (locked) in
@@ -656,12 +646,17 @@ class PostgresStore:
                 return None
             current = _request(row)
             if (
-                current.status == Status.PENDING
+                expired is not None
+                and current.status == Status.PENDING
                 and current.expires_at is not None
                 and current.expires_at <= at
             ):
                 current = await self._settle(tx, current, Status.EXPIRED, "expiry", expired, at, silent)
-            plan = plan_reply(current, reply, outcome, at)
+            first = await conn.fetchval(
+                "SELECT data FROM audit WHERE request_id = $1 AND event = 'created' ORDER BY seq LIMIT 1",
+                request_id,
+            )
+            plan = plan_reply(current, reply, outcome, at, None if first is None else asked(first))
             if plan.votes is not None:
                 await conn.execute(
                     "UPDATE requests SET votes = $1 WHERE id = $2 AND status = 'pending'",
@@ -701,8 +696,8 @@ class PostgresStore:
     ) -> None:
         await tx.conn.execute(
             "INSERT INTO replies (request_id, channel, responder, text, choice, decision, comment,"
-            " received_at, won, reason, person, on_behalf_of, payload_sha256)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+            " received_at, won, reason, person, on_behalf_of, payload_sha256, preview_sha256, proof)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
             request_id,
             reply.channel,
             reply.responder,
@@ -716,6 +711,8 @@ class PostgresStore:
             reply.person,
             reply.on_behalf_of,
             reply.payload_sha256,
+            reply.preview_sha256,
+            None if reply.proof is None else json.dumps(reply.proof),
         )
 
     async def close_request(
@@ -724,7 +721,7 @@ class PostgresStore:
         status: Status,
         actor: str,
         outcome: dict[str, Any],
-        expired: dict[str, Any],
+        expired: dict[str, Any] | None,
         silent: Collection[str],
     ) -> Settled | None:
         at = now()
@@ -737,7 +734,12 @@ class PostgresStore:
             if current.status != Status.PENDING:
                 return Settled(False, current)
             wanted, by, fields = status, actor, outcome
-            if wanted == Status.CANCELLED and current.expires_at is not None and current.expires_at <= at:
+            if (
+                wanted == Status.CANCELLED
+                and expired is not None
+                and current.expires_at is not None
+                and current.expires_at <= at
+            ):
                 wanted, by, fields = Status.EXPIRED, "expiry", expired
             settled = await self._settle(tx, current, wanted, by, fields, at, silent)
             return Settled(settled.status == wanted, settled)
@@ -1085,7 +1087,9 @@ class PostgresStore:
 
     # --- inbox sessions ----------------------------------------------------------------------
 
-    async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
+    async def add_session(
+        self, digest: str, expires_at: float, replaces: str | None = None, person: str | None = None
+    ) -> None:
         at = now()
 
         async def work(tx: _Tx) -> None:
@@ -1093,23 +1097,44 @@ class PostgresStore:
                 "DELETE FROM web_sessions WHERE expires_at <= $1 OR digest = $2", at, replaces
             )
             await tx.conn.execute(
-                "INSERT INTO web_sessions (digest, created_at, expires_at) VALUES ($1, $2, $3)"
+                "INSERT INTO web_sessions (digest, created_at, expires_at, person) VALUES ($1, $2, $3, $4)"
                 " ON CONFLICT (digest) DO UPDATE SET expires_at = excluded.expires_at",
                 digest,
                 at,
                 expires_at,
+                person,
             )
 
         await self._write(work, chain=False)
 
     async def session_alive(self, digest: str) -> bool:
+        return await self.session_holder(digest) is not None
+
+    async def session_holder(self, digest: str) -> str | None:
+        at = now()
+
+        async def work(conn: Conn) -> str | None:
+            row = await conn.fetchrow(
+                "SELECT person FROM web_sessions WHERE digest = $1 AND expires_at > $2", digest, at
+            )
+            return None if row is None else row["person"] or ""
+
+        return await self._unit(work)
+
+    async def count_signature(self, digest: str, count: int) -> bool:
         at = now()
 
         async def work(conn: Conn) -> bool:
-            found = await conn.fetchval(
-                "SELECT 1 FROM web_sessions WHERE digest = $1 AND expires_at > $2", digest, at
+            done = await conn.fetchval(
+                "INSERT INTO sign_counts (digest, count, used_at) VALUES ($1, $2, $3)"
+                " ON CONFLICT (digest) DO UPDATE SET count = excluded.count, used_at = excluded.used_at"
+                " WHERE excluded.count > sign_counts.count OR (excluded.count = 0 AND sign_counts.count = 0)"
+                " RETURNING 1",
+                digest,
+                count,
+                at,
             )
-            return found is not None
+            return done is not None
 
         return await self._unit(work)
 
@@ -1191,20 +1216,27 @@ class PostgresStore:
     # --- credentials --------------------------------------------------------------------------
 
     async def add_credential(
-        self, kind: str, name: str, digest: str, data: dict[str, Any], actor: str
+        self,
+        kind: str,
+        name: str,
+        digest: str,
+        data: dict[str, Any],
+        actor: str,
+        expires_at: float | None = None,
     ) -> CredentialRow:
         at = now()
 
         async def work(tx: _Tx) -> CredentialRow:
             row = await tx.conn.fetchrow(
-                "INSERT INTO credentials (kind, name, digest, data, created_by, created_at)"
-                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING *",
+                "INSERT INTO credentials (kind, name, digest, data, created_by, created_at, expires_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING RETURNING *",
                 kind,
                 name,
                 digest,
                 json.dumps(data),
                 actor,
                 at,
+                expires_at,
             )
             if row is None:
                 raise KeyConflict(f"{kind} {name!r} already has a live credential")
@@ -1216,9 +1248,11 @@ class PostgresStore:
     async def credential(self, kind: str, digest: str) -> CredentialRow | None:
         async def work(conn: Conn) -> CredentialRow | None:
             row = await conn.fetchrow(
-                "SELECT * FROM credentials WHERE digest = $1 AND kind = $2 AND revoked_at IS NULL",
+                "SELECT * FROM credentials WHERE digest = $1 AND kind = $2 AND revoked_at IS NULL"
+                " AND (expires_at IS NULL OR expires_at > $3)",
                 digest,
                 kind,
+                now(),
             )
             return None if row is None else _credential(row)
 

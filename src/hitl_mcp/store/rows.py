@@ -43,12 +43,14 @@ BODY_FIELDS = (
     "payload",
     "payload_sha256",
     "risk",
+    "risk_reasons",
     "level",
     "default_answer",
     "channels",
     "client_name",
     "to",
     "approvals",
+    "step_up",
 )
 
 
@@ -78,8 +80,36 @@ def request(row: Row) -> Request:
         person=row["person"],
         on_behalf_of=row["on_behalf_of"],
         votes=json.loads(row["votes"] or "[]"),
+        preview=None if row["preview"] is None else json.loads(row["preview"]),
+        preview_sha256=row["preview_sha256"],
         **json.loads(row["body"]),
     )
+
+
+def preview_json(request: Request) -> str | None:
+    """The ``preview`` column's text."""
+    return None if request.preview is None else json.dumps(request.preview, ensure_ascii=False)
+
+
+def created(request: Request) -> dict[str, Any]:
+    """The data of a request's ``created`` audit row: what was asked (``audit_replay`` replays it)."""
+    data = {
+        "kind": request.kind.value,
+        "text": request.text,
+        "channels": request.channels,
+        "payload_sha256": request.payload_sha256,
+        "expires_at": request.expires_at,
+        "owner": request.owner,
+    }
+    if request.preview_sha256 is not None:  # only then: the rows of requests without one are unchanged
+        data["preview_sha256"] = request.preview_sha256
+    return data
+
+
+def asked(data: Any) -> dict[str, Any]:
+    """The hashes a request was asked with, from its ``created`` row's data (text, as stored)."""
+    found = json.loads(data) if isinstance(data, str) else dict(data or {})
+    return {k: found.get(k) for k in ("payload_sha256", "preview_sha256")}
 
 
 @cache
@@ -102,7 +132,8 @@ def step(row: Row) -> StepRow:
 
 
 def reply(row: Row) -> ReplyRow:
-    return _from_row(ReplyRow, row, won=_flag(row["won"]))
+    proof = row["proof"]
+    return _from_row(ReplyRow, row, won=_flag(row["won"]), proof=None if proof is None else json.loads(proof))
 
 
 def rule(row: Row) -> RuleRow:

@@ -43,7 +43,7 @@ from hitl_mcp.core.store import (
     StoreError,
 )
 from hitl_mcp.store.anchor import ANCHOR_FILE, Anchorer
-from hitl_mcp.store.rows import BODY_FIELDS, votes_json
+from hitl_mcp.store.rows import BODY_FIELDS, asked, created, preview_json, votes_json
 from hitl_mcp.store.rows import audit_row as _audit_row
 from hitl_mcp.store.rows import credential as _credential
 from hitl_mcp.store.rows import delivery as _delivery
@@ -245,6 +245,32 @@ MIGRATIONS: list[str] = [
         revoked_by TEXT
     );
     CREATE UNIQUE INDEX credentials_live ON credentials(kind, name) WHERE revoked_at IS NULL;
+    """,
+    # credentials that expire (OAuth codes and tokens, web/oauth/): refused once past, by the lookup
+    """
+    ALTER TABLE credentials ADD COLUMN expires_at REAL;
+    CREATE INDEX credentials_expiry ON credentials(expires_at) WHERE expires_at IS NOT NULL;
+    """,
+    # previews (core/previews.py): an approval's preview in its stored form (JSON) and its SHA-256,
+    # kept in columns of their own (a diff can be large: it stays out of the body every listing reads),
+    # and on each reply row the preview hash it was given for, beside the payload's
+    """
+    ALTER TABLE requests ADD COLUMN preview TEXT;
+    ALTER TABLE requests ADD COLUMN preview_sha256 TEXT;
+    ALTER TABLE replies ADD COLUMN preview_sha256 TEXT;
+    """,
+    # 13: people sign in to the inbox as themselves (people.md): a session may belong to a person;
+    # each passkey's last sign count, raised by one conditional write so that an assertion whose count
+    # does not go up (a cloned authenticator, a replay) is refused; and on each reply the proof it
+    # came with (a step-up's passkey assertion, JSON), kept to be verified offline
+    """
+    ALTER TABLE web_sessions ADD COLUMN person TEXT;
+    CREATE TABLE sign_counts (
+        digest TEXT PRIMARY KEY,
+        count INTEGER NOT NULL,
+        used_at REAL NOT NULL
+    );
+    ALTER TABLE replies ADD COLUMN proof TEXT;
     """,
 ]
 
@@ -523,7 +549,8 @@ class SqliteStore:
                     body["approvals"] = request.approvals.model_dump(mode="json")
                 db.execute(
                     "INSERT INTO requests (id, kind, status, body, owner, idempotency_key, dedupe_key,"
-                    " session_key, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " session_key, created_at, expires_at, preview, preview_sha256)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         request.id,
                         request.kind.value,
@@ -535,6 +562,8 @@ class SqliteStore:
                         request.session_key,
                         request.created_at,
                         request.expires_at,
+                        preview_json(request),
+                        request.preview_sha256,
                     ),
                 )
                 # a notification's sends are held for the caller, who attempts them at once and reports
@@ -555,18 +584,7 @@ class SqliteStore:
                         ),
                     )
                 self._append(
-                    db,
-                    request.id,
-                    "created",
-                    request.client_name,
-                    {
-                        "kind": request.kind.value,
-                        "text": request.text,
-                        "channels": request.channels,
-                        "payload_sha256": request.payload_sha256,
-                        "expires_at": request.expires_at,
-                    },
-                    at=request.created_at,
+                    db, request.id, "created", request.client_name, created(request), at=request.created_at
                 )
                 for step in steps:
                     db.execute(
@@ -631,7 +649,7 @@ class SqliteStore:
         request_id: str,
         reply: Reply,
         outcome: dict[str, Any],
-        expired: dict[str, Any],
+        expired: dict[str, Any] | None,
         silent: Collection[str],
     ) -> Settled | None:
         """What the reply does is decided by ``core.settle.plan_reply`` on the row as read in this
@@ -645,12 +663,17 @@ class SqliteStore:
                     return None
                 current = _request(row)
                 if (
-                    current.status == Status.PENDING
+                    expired is not None
+                    and current.status == Status.PENDING
                     and current.expires_at is not None
                     and current.expires_at <= at
                 ):
                     current = self._settle(db, current, Status.EXPIRED, "expiry", expired, at, silent)
-                plan = plan_reply(current, reply, outcome, at)
+                first = db.execute(
+                    "SELECT data FROM audit WHERE request_id = ? AND event = 'created' ORDER BY seq LIMIT 1",
+                    (request_id,),
+                ).fetchone()
+                plan = plan_reply(current, reply, outcome, at, asked(first["data"]) if first else None)
                 if plan.votes is not None:
                     db.execute(
                         "UPDATE requests SET votes = ? WHERE id = ? AND status = 'pending'",
@@ -691,8 +714,8 @@ class SqliteStore:
     ) -> None:
         db.execute(
             "INSERT INTO replies (request_id, channel, responder, text, choice, decision, comment,"
-            " received_at, won, reason, person, on_behalf_of, payload_sha256)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " received_at, won, reason, person, on_behalf_of, payload_sha256, preview_sha256, proof)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 request_id,
                 reply.channel,
@@ -707,6 +730,8 @@ class SqliteStore:
                 reply.person,
                 reply.on_behalf_of,
                 reply.payload_sha256,
+                reply.preview_sha256,
+                None if reply.proof is None else json.dumps(reply.proof),
             ),
         )
 
@@ -716,7 +741,7 @@ class SqliteStore:
         status: Status,
         actor: str,
         outcome: dict[str, Any],
-        expired: dict[str, Any],
+        expired: dict[str, Any] | None,
         silent: Collection[str],
     ) -> Settled | None:
         at = now()
@@ -730,7 +755,12 @@ class SqliteStore:
                 if current.status != Status.PENDING:
                     return Settled(False, current)
                 wanted, by, fields = status, actor, outcome
-                if wanted == Status.CANCELLED and current.expires_at is not None and current.expires_at <= at:
+                if (
+                    wanted == Status.CANCELLED
+                    and expired is not None
+                    and current.expires_at is not None
+                    and current.expires_at <= at
+                ):
                     wanted, by, fields = Status.EXPIRED, "expiry", expired
                 settled = self._settle(db, current, wanted, by, fields, at, silent)
                 return Settled(settled.status == wanted, settled)
@@ -1068,27 +1098,50 @@ class SqliteStore:
 
     # --- inbox sessions ----------------------------------------------------------------------
 
-    async def add_session(self, digest: str, expires_at: float, replaces: str | None = None) -> None:
+    async def add_session(
+        self, digest: str, expires_at: float, replaces: str | None = None, person: str | None = None
+    ) -> None:
         at = now()
 
         def work(db: sqlite3.Connection) -> Any:
             with _transaction(db):
                 db.execute("DELETE FROM web_sessions WHERE expires_at <= ? OR digest = ?", (at, replaces))
                 db.execute(
-                    "INSERT INTO web_sessions (digest, created_at, expires_at) VALUES (?, ?, ?)",
-                    (digest, at, expires_at),
+                    "INSERT INTO web_sessions (digest, created_at, expires_at, person) VALUES (?, ?, ?, ?)",
+                    (digest, at, expires_at, person),
                 )
 
         return await self._run(work)
 
     async def session_alive(self, digest: str) -> bool:
+        return await self.session_holder(digest) is not None
+
+    async def session_holder(self, digest: str) -> str | None:
         at = now()
 
         def work(db: sqlite3.Connection) -> Any:
             row = db.execute(
-                "SELECT 1 FROM web_sessions WHERE digest = ? AND expires_at > ?", (digest, at)
+                "SELECT person FROM web_sessions WHERE digest = ? AND expires_at > ?", (digest, at)
             ).fetchone()
-            return row is not None
+            return None if row is None else row["person"] or ""
+
+        return await self._run(work)
+
+    async def count_signature(self, digest: str, count: int) -> bool:
+        at = now()
+
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                return (
+                    db.execute(
+                        "INSERT INTO sign_counts (digest, count, used_at) VALUES (?, ?, ?)"
+                        " ON CONFLICT (digest) DO UPDATE SET count = excluded.count,"
+                        " used_at = excluded.used_at WHERE excluded.count > sign_counts.count"
+                        " OR (excluded.count = 0 AND sign_counts.count = 0)",
+                        (digest, count, at),
+                    ).rowcount
+                    == 1
+                )
 
         return await self._run(work)
 
@@ -1172,7 +1225,13 @@ class SqliteStore:
     # --- credentials --------------------------------------------------------------------------
 
     async def add_credential(
-        self, kind: str, name: str, digest: str, data: dict[str, Any], actor: str
+        self,
+        kind: str,
+        name: str,
+        digest: str,
+        data: dict[str, Any],
+        actor: str,
+        expires_at: float | None = None,
     ) -> CredentialRow:
         at = now()
 
@@ -1180,9 +1239,9 @@ class SqliteStore:
             with _transaction(db):
                 try:
                     row = db.execute(
-                        "INSERT INTO credentials (kind, name, digest, data, created_by, created_at)"
-                        " VALUES (?, ?, ?, ?, ?, ?) RETURNING *",
-                        (kind, name, digest, json.dumps(data), actor, at),
+                        "INSERT INTO credentials (kind, name, digest, data, created_by, created_at,"
+                        " expires_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING *",
+                        (kind, name, digest, json.dumps(data), actor, at, expires_at),
                     ).fetchone()
                 except sqlite3.IntegrityError:
                     raise KeyConflict(f"{kind} {name!r} already has a live credential") from None
@@ -1194,8 +1253,9 @@ class SqliteStore:
     async def credential(self, kind: str, digest: str) -> CredentialRow | None:
         def work(db: sqlite3.Connection) -> Any:
             row = db.execute(
-                "SELECT * FROM credentials WHERE digest = ? AND kind = ? AND revoked_at IS NULL",
-                (digest, kind),
+                "SELECT * FROM credentials WHERE digest = ? AND kind = ? AND revoked_at IS NULL"
+                " AND (expires_at IS NULL OR expires_at > ?)",
+                (digest, kind, now()),
             ).fetchone()
             return None if row is None else _credential(row)
 

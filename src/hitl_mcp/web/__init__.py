@@ -9,10 +9,14 @@ forms' alike); ``pages.py`` the server-rendered inbox (Jinja2 templates and the 
 the templates, headers and form reading every page shares; ``auth.py`` the web token; ``sessions.py``
 inbox sessions and their CSRF tokens (the sign-in form's too); ``signin.py`` ``/login`` and URL-mode
 links; ``throttle.py`` the limit on wrong tokens; ``rebinding.py`` the Host and Origin checks on
-loopback; ``limits.py`` and ``deadline.py`` bounds on bodies and on slow request headers.
+loopback; ``limits.py`` and ``deadline.py`` bounds on bodies and on slow request headers;
+``credentials.py`` who may use ``/mcp``, and ``oauth/`` OAuth 2.1 for it (the resource metadata, an
+external provider's tokens, the built-in authorization server and its consent page).
 """
 
-WEB_RESPONDER = "web inbox user"
+#: how the inbox names the operator (the web token) as a responder and an actor; people are named
+#: by their own names (web/people.py)
+WEB_RESPONDER = "operator"
 
 #: the longest value each reply field may have, in characters (the JSON API and the forms alike)
 REPLY_FIELDS = {"text": 8000, "choice": 200, "decision": 10, "comment": 4000}

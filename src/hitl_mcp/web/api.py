@@ -21,10 +21,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from hitl_mcp import __version__
-from hitl_mcp.core.models import Reply, Status
-from hitl_mcp.web import MAX_BODY, REPLY_FIELDS, WEB_RESPONDER
+from hitl_mcp.core.models import Status
+from hitl_mcp.web import MAX_BODY, REPLY_FIELDS, WEB_RESPONDER, stepup
 from hitl_mcp.web.deps import requires, web
 from hitl_mcp.web.errors import Problem
+from hitl_mcp.web.people import inbox_reply
 from hitl_mcp.web.replies import ReplyInvalid, answered, request_detail, request_json, resolve, too_late
 
 log = logging.getLogger("hitl_mcp.web")
@@ -83,7 +84,15 @@ async def reply(http: HttpRequest) -> Response:
     data = _reply_body(await http.body())
     deps = web(http)
     broker = await deps.broker()
-    given = Reply(channel=deps.web_channel, responder=WEB_RESPONDER, **{k: data.get(k) for k in REPLY_FIELDS})
+    fields: dict[str, Any] = {k: data.get(k) for k in REPLY_FIELDS}
+    if data.get("step_up") is not None:  # a passkey assertion for a high-risk approval (stepup.py)
+        request = await broker.get(http.path_params["id"])
+        if request is None:
+            raise refuse(404, "no such request")
+        fields["proof"] = await stepup.proof(
+            http, broker, request, str(fields.get("decision")), data["step_up"]
+        )
+    given = await inbox_reply(http, broker, http.path_params["id"], api=True, **fields)
     try:
         verdict = await resolve(broker, http.path_params["id"], given, not_found="no such request", api=True)
     except ReplyInvalid as exc:
@@ -105,9 +114,11 @@ def _reply_body(body: bytes) -> dict[str, Any]:
         raise refuse(400, "the body is JSON nested too deeply; a reply is one flat object") from None
     if not isinstance(data, dict):
         raise refuse(422, 'the body must be a JSON object such as {"text": "..."}')
-    unknown = sorted(set(data) - set(REPLY_FIELDS))
+    unknown = sorted(set(data) - {*REPLY_FIELDS, "step_up"})
     if unknown:
         raise refuse(422, f"unknown field {', '.join(unknown)}; valid fields: {', '.join(REPLY_FIELDS)}")
+    if data.get("step_up") is not None and data.get("decision") != "approve":
+        raise refuse(422, "step_up goes with an approval: a denial needs none")
     for name, limit in REPLY_FIELDS.items():
         value = data.get(name)
         if value is not None and not isinstance(value, str):

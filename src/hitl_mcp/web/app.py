@@ -22,7 +22,7 @@ from hitl_mcp.broker import Broker
 from hitl_mcp.channels import channel_module
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.kit.net import is_loopback
-from hitl_mcp.web import api, batch, events, pages, pwa, rules, signin
+from hitl_mcp.web import api, batch, events, pages, people, pwa, rules, signin, stepup
 from hitl_mcp.web.auth import WebAuth
 from hitl_mcp.web.credentials import Credentials
 from hitl_mcp.web.deps import Web, page_context
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
     from hitl_mcp.config import Config
+    from hitl_mcp.core.store import Store
+    from hitl_mcp.web.oauth import OAuth
 
 Transport = Literal["stdio", "sse", "http"]
 GetBroker = Callable[[], Awaitable[Broker]]
@@ -75,15 +77,18 @@ def build_app(
 
     public_url = config.server.public_url
     routes: list[BaseRoute] = [Route("/healthz", api.healthz, methods=["GET"])]
-    routes += api.routes + signin.routes + pages.routes + pwa.routes + events.routes
-    routes += rules.routes + batch.routes
+    routes += api.routes + signin.routes + people.routes + pages.routes + pwa.routes + events.routes
+    routes += rules.routes + batch.routes + stepup.routes
     routes += channel_routes(config, get_broker)
     lifespan = None
     # on loopback, HostCheck (below) checks Host and Origin for every route, MCP's included, with
     # the bound port and public_url: the SDK's own check (three fixed names, any port) stands aside
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     agents = {name: agent.token.get_secret_value() for name, agent in config.agents.items()}
-    credentials = Credentials(auth, agents, get_broker)
+    oauth = _oauth(config, get_broker, auth)
+    if oauth is not None:
+        routes += oauth.routes()
+    credentials = Credentials(auth, agents, get_broker, oauth)
     if mcp is not None and transport == "http":
         inner = mcp.streamable_http_app(host=host, transport_security=security)
         routes += _guarded(inner.routes, credentials, mcp_front)
@@ -97,11 +102,32 @@ def build_app(
         inner = mcp.sse_app(host=host, transport_security=security)
         routes += _guarded(inner.routes, credentials)
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Problem: render_problem})
-    app.state.web = Web(get_broker, Sessions(auth, get_broker, public_url), web_channel, RequestLinks(auth))
+    inbox = next((ch for ch in config.channels.values() if ch.type == "web"), None)
+    app.state.web = Web(
+        get_broker,
+        Sessions(auth, get_broker, public_url),
+        web_channel,
+        RequestLinks(auth),
+        operator_answers=getattr(inbox, "operator_answers", "all"),
+    )
+    app.state.oauth = oauth
     app.add_middleware(BodyLimit, max_bytes=config.server.http.max_body_bytes)
     if is_loopback(host):  # added last: it runs first
         app.add_middleware(HostCheck, allowed=Allowed.for_bind(host, port, public_url))
     return app
+
+
+def _oauth(config: Config, get_broker: GetBroker, auth: WebAuth) -> OAuth | None:
+    """``server.oauth``, built (``oauth/``); None without it."""
+    settings = config.server.oauth
+    if settings is None or config.server.public_url is None:
+        return None
+    from hitl_mcp.web.oauth import OAuth
+
+    async def get_store() -> Store:
+        return (await get_broker()).store
+
+    return OAuth(settings, config.server.public_url, config.people, get_store, auth.signer("oauth-consent"))
 
 
 def channel_routes(config: Config, get_broker: GetBroker) -> list[BaseRoute]:

@@ -17,28 +17,32 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from hitl_mcp.broker import Broker
-from hitl_mcp.core.models import Kind, Reply, Request, Status
-from hitl_mcp.web import WEB_RESPONDER
+from hitl_mcp.core.models import Kind, Request, Status
 from hitl_mcp.web.deps import page_context, read_post, requires, web
 from hitl_mcp.web.errors import Problem
 from hitl_mcp.web.pagekit import render, wants_json
+from hitl_mcp.web.people import actor, inbox_reply, may_answer
 
 #: at most this many in one batch (the rest stay for the next one)
 BATCH_LIMIT = 200
 
 
 def plain(request: Request) -> bool:
-    """Whether a batch may approve it: a pending approval that is not high risk and needs no quorum."""
+    """Whether a batch may approve it: a pending approval that is not high risk, needs no quorum and
+    has no preview (a preview is approved on its own page, below the whole preview)."""
     return (
         request.kind == Kind.APPROVAL
         and request.status == Status.PENDING
         and request.risk != "high"
         and request.approvals is None
+        and request.preview is None
     )
 
 
 def why_left(request: Request) -> str:
     """Why a batch leaves an approval for the person's own review."""
+    if request.preview is not None and request.risk != "high" and request.approvals is None:
+        return "has a preview: approve it on its own page, below the whole preview"
     if request.approvals is not None:
         quorum = request.approvals
         return f"needs {quorum.required} of {len(quorum.of)} approvals: each vote is cast on its own"
@@ -85,14 +89,16 @@ async def approve_all(http: HttpRequest) -> Response:
     for request in await from_agent(broker, owner):
         if request.id not in wanted or not plain(request):
             continue  # asked after the page was shown, or no longer plain: left for the person
-        reply = Reply(channel=deps.web_channel, responder=WEB_RESPONDER, decision="approve")
+        if await may_answer(http, broker, request) is not None:
+            continue  # asked of someone else: theirs to answer
+        reply = await inbox_reply(http, broker, request.id, decision="approve")
         if (await broker.resolve(request.id, reply)).won:
             approved.append(request.id)
     if approved:
         await broker.record(
             None,
             "batch_approved",
-            WEB_RESPONDER,
+            await actor(http),
             {"agent": owner, "ids": approved, "channel": deps.web_channel},
         )
     if wants_json(http):

@@ -31,6 +31,8 @@ class Web:
     """The name replies through the inbox and the API are recorded under."""
     links: RequestLinks
     throttle: Throttle = field(default_factory=Throttle)
+    operator_answers: str = "all"
+    """What the operator (the web token) may answer: ``all``, ``unaddressed`` or ``none``."""
 
     async def broker(self) -> Broker:
         return await self.get_broker()
@@ -95,4 +97,5 @@ async def page_context(http: HttpRequest, page: str) -> dict[str, Any]:
         "page": page,
         "now": now(),
         "signed_in": True,
+        "who_label": (found.person if found else None) or "operator",
     }

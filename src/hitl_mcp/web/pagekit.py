@@ -15,7 +15,10 @@ from starlette.responses import HTMLResponse
 
 from hitl_mcp import __version__
 from hitl_mcp.core.models import Kind, Status, canonical_json, iso
+from hitl_mcp.core.previews import summary
+from hitl_mcp.core.wording import trail_by, trail_data
 from hitl_mcp.web import MAX_BODY
+from hitl_mcp.web.previews import fits_card, preview_html
 from hitl_mcp.web.views import (
     agent_name,
     ago,
@@ -53,7 +56,7 @@ def static_url(name: str) -> str:
     return f"/static/{name}?v={asset_version(name)}"
 
 
-SHELL = ("app.css", "app.js", "icon.svg", "icon-192.png", "icon-512.png", "offline.html")
+SHELL = ("app.css", "app.js", "passkeys.js", "icon.svg", "icon-192.png", "icon-512.png", "offline.html")
 
 
 def _environment() -> Environment:
@@ -74,6 +77,11 @@ def _environment() -> Environment:
         pretty_json=pretty_json,
         visible_payload=visible_payload,
         compact_json=canonical_json,
+        preview_html=preview_html,
+        preview_summary=summary,
+        fits_card=fits_card,
+        trail_by=trail_by,
+        trail_data=trail_data,
         outcome_line=outcome_line,
         agent_name=agent_name,
         session_label=session_label,

@@ -18,11 +18,12 @@ from starlette.routing import BaseRoute, Route
 from hitl_mcp.broker import Broker
 from hitl_mcp.broker.views import times_asked
 from hitl_mcp.core import delegation
-from hitl_mcp.core.models import Kind, Reply, Request, Status, as_decision
-from hitl_mcp.web import REPLY_FIELDS, WEB_RESPONDER
+from hitl_mcp.core.models import Kind, Request, Status, as_decision
+from hitl_mcp.web import REPLY_FIELDS
 from hitl_mcp.web.deps import page_context, read_post, requires, web
 from hitl_mcp.web.errors import Problem
 from hitl_mcp.web.pagekit import render, wants_json
+from hitl_mcp.web.people import actor, asked_of, inbox_reply, who
 from hitl_mcp.web.replies import ReplyInvalid, answered, resolve, too_late
 from hitl_mcp.web.views import (
     HISTORY_KINDS,
@@ -76,8 +77,15 @@ async def _inbox_context(http: HttpRequest, away: Mapping[str, str] | None = Non
     more = len(pending) > PENDING_PAGE
     pending = pending[:PENDING_PAGE]
     answered_id = http.query_params.get("answered")
+    # a person signed in sees first what was asked of them (to, a quorum, as a delegate)
+    found = await who(http)
+    mine: list[Request] = []
+    if found is not None and found.person is not None:
+        delegates = dict((await broker.policy_now()).delegates)
+        mine = [r for r in pending if asked_of(r, found.person, delegates)]
     return {
-        "groups": agent_groups(pending),
+        "mine": mine,
+        "groups": agent_groups([r for r in pending if r not in mine]),
         "asked": await broker.times_asked([r.id for r in pending]),  # "asked 3 times": one card
         "next_page": pending[-1].id if more else None,
         "more": await broker.count_requests(Status.PENDING, pending[-1].id) if more else 0,
@@ -138,13 +146,8 @@ async def answer(http: HttpRequest) -> Response:
     # the button pressed says what the answer is: a decision, else a choice, else the text
     choice = fields["choice"] if decision is None else None
     text = fields["text"] if decision is None and choice is None else None
-    reply = Reply(
-        channel=deps.web_channel,
-        responder=WEB_RESPONDER,
-        comment=fields["comment"],
-        decision=decision,
-        choice=choice,
-        text=text,
+    reply = await inbox_reply(
+        http, broker, request_id, comment=fields["comment"], decision=decision, choice=choice, text=text
     )
     try:
         verdict = await resolve(broker, request_id, reply, not_found=NO_REQUEST)
@@ -201,7 +204,7 @@ async def dismiss(http: HttpRequest) -> Response:
             raise Problem(404, "There is no notification with that id.")
         targets = [] if await _dismissed(broker, note.id) else [note.id]
     for target in targets:
-        await broker.record(target, DISMISSED, WEB_RESPONDER, {"channel": deps.web_channel})
+        await broker.record(target, DISMISSED, await actor(http), {"channel": deps.web_channel})
     if wants_json(http):
         return JSONResponse({"ok": True, "dismissed": targets})
     return RedirectResponse("/", status_code=303)
@@ -213,7 +216,7 @@ async def end_delegation(http: HttpRequest) -> Response:
     await read_post(http, "Not ended", stale="This form did not come from your inbox. Reload and try again.")
     broker = await web(http).broker()
     try:
-        ended = await broker.end_delegation(http.path_params["person"][:32], WEB_RESPONDER)
+        ended = await broker.end_delegation(http.path_params["person"][:32], await actor(http))
     except ValueError as exc:  # other changes kept landing first
         said = str(exc)
         raise Problem(409, said[:1].upper() + said[1:] + ".", title="Not ended") from None
@@ -235,7 +238,7 @@ async def set_delegation(http: HttpRequest) -> Response:
         if not fields["until"]:
             raise ValueError("say until when the delegation lasts")
         new = await broker.set_delegation(
-            fields["from"], fields["to"], fields["until"], fields["from_time"] or None, WEB_RESPONDER
+            fields["from"], fields["to"], fields["until"], fields["from_time"] or None, await actor(http)
         )
     except ValueError as exc:  # a refusal names people first: "Refused: owner cannot …", never "Owner"
         said = f"refused: {exc}" if isinstance(exc, delegation.Refused) else str(exc)

@@ -33,7 +33,10 @@ def request_json(request: Request) -> dict[str, Any]:
         "allow_free_text": request.allow_free_text,
         "payload": request.payload,
         "payload_sha256": request.payload_sha256,
+        "preview": request.preview,
+        "preview_sha256": request.preview_sha256,
         "risk": request.risk,
+        "risk_reasons": request.risk_reasons,
         "level": request.level,
         "default_answer": request.default_answer,
         "channels": request.channels,
@@ -106,8 +109,10 @@ async def resolve(
     except NotFound:
         raise Problem(404, not_found, api=api) from None
     if not verdict.won and not verdict.counted and verdict.request.is_open:
-        # a quorum's vote that does not count (not an approver, already voted): the request waits
-        raise Problem(403, f"Your vote was not counted: {verdict.reason}.", api=api)
+        # a quorum's vote that does not count (not an approver, already voted), or an approval of
+        # what changed since it was asked: the request waits
+        said = "Your vote was not counted" if verdict.request.approvals else "Not recorded"
+        raise Problem(403, f"{said}: {verdict.reason}.", api=api)
     return verdict
 
 

@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Route
 
 from hitl_mcp.broker import Broker
 from hitl_mcp.core.errors import BrokerError
-from hitl_mcp.core.models import Kind, Reply, Request, now
+from hitl_mcp.core.models import Kind, Request, now
 from hitl_mcp.core.rules import (
     DEFAULT_HOURS,
     MAX_USES,
@@ -32,10 +32,10 @@ from hitl_mcp.core.rules import (
     unescape,
     whole,
 )
-from hitl_mcp.web import WEB_RESPONDER
 from hitl_mcp.web.deps import page_context, read_post, requires, web
 from hitl_mcp.web.errors import Problem
 from hitl_mcp.web.pagekit import render, wants_json
+from hitl_mcp.web.people import actor, inbox_reply
 
 NO_APPROVAL = "There is no pending approval with that id."
 
@@ -86,7 +86,7 @@ async def revoke(http: HttpRequest) -> Response:
         message = f"No rule with id {shown}" + ("" if shown.endswith("…") else ".")
         raise Problem(404, message, title="Not revoked")
     try:
-        rule = await broker.revoke_rule(number, WEB_RESPONDER)
+        rule = await broker.revoke_rule(number, await actor(http))
     except BrokerError as exc:
         raise Problem(404, _sentence(exc), title="Not revoked") from None
     return _done(http, f"Rule {rule.id} revoked.", rule=rule_json(rule, now()))
@@ -97,7 +97,7 @@ async def pause(http: HttpRequest) -> Response:
     form = await read_post(http, "Not paused")
     broker = await web(http).broker()
     try:
-        paused = await broker.pause(WEB_RESPONDER, form.get("reason", "")[:500])
+        paused = await broker.pause(await actor(http), form.get("reason", "")[:500])
     except BrokerError as exc:
         raise Problem(409, _sentence(exc), title="Not paused") from None
     return _done(http, f"Approvals {paused.words}.", paused=_pause_json(paused))
@@ -108,7 +108,7 @@ async def resume(http: HttpRequest) -> Response:
     await read_post(http, "Not resumed")
     broker = await web(http).broker()
     try:
-        seconds, moved = await broker.resume(WEB_RESPONDER)
+        seconds, moved = await broker.resume(await actor(http))
     except BrokerError as exc:
         raise Problem(409, _sentence(exc), title="Not resumed") from None
     return _done(http, "Approvals resumed.", paused_seconds=round(seconds, 3), requests_pushed=moved)
@@ -162,18 +162,15 @@ async def remember(http: HttpRequest) -> Response:
     request = await _approval(broker, request_id)
     try:
         fields = _rule_fields(form, request)
-        rule = await broker.add_rule(**fields, created_by=WEB_RESPONDER, request_id=request.id)
+        rule = await broker.add_rule(**fields, created_by=await actor(http), request_id=request.id)
     except (ValueError, BrokerError) as exc:
         message = str(exc)[:1].upper() + str(exc)[1:]
         if wants_json(http):
             raise Problem(422, message, title="Not remembered") from None
         page = _page(request, {**_draft(request), **form}, message)
         raise Problem(422, message, template="remember.html", context=page, page="remember") from None
-    reply = Reply(
-        channel=deps.web_channel,
-        responder=WEB_RESPONDER,
-        decision="approve",
-        comment=form.get("comment") or None,
+    reply = await inbox_reply(
+        http, broker, request.id, decision="approve", comment=form.get("comment") or None
     )
     verdict = await broker.resolve(request.id, reply)
     if wants_json(http):

@@ -80,6 +80,8 @@ class Access:
     session_id: str | None = None
     csrf: str = ""
     """The CSRF token the pages embed for this session (none is needed with the bearer token)."""
+    person: str | None = None
+    """The person of ``people:`` a passkey signed in; None for the operator (the web token)."""
 
     def csrf_ok(self, sent: str | None) -> bool:
         """A cookie is sent by the browser on its own, so a change needs the session's CSRF token."""
@@ -118,19 +120,22 @@ class Sessions:
             session_id = conn.cookies.get(cookie_name(conn))
             if session_id and len(session_id) <= MAX_ID_LENGTH:
                 broker = await self.get_broker()
-                if await broker.session_alive(digest(session_id)):
-                    access = Access(False, session_id, self.auth.csrf_for(session_id))
+                holder = await broker.session_holder(digest(session_id))
+                # a person's session ends with them: one taken out of people: is signed out
+                if holder == "" or (holder and holder in broker.policy.people):
+                    access = Access(False, session_id, self.auth.csrf_for(session_id), holder or None)
         conn.state.access = access
         return access
 
-    async def start(self, conn: HTTPConnection, response: Response) -> None:
-        """A new session for a browser that has just shown the token; the one it held ends."""
+    async def start(self, conn: HTTPConnection, response: Response, person: str | None = None) -> None:
+        """A new session for a browser that has just shown the token (or, for ``person``, their
+        passkey); the one it held ends."""
         name = cookie_name(conn)
         held = conn.cookies.get(name)
         session_id = secrets.token_urlsafe(32)
         broker = await self.get_broker()
         await broker.add_session(
-            digest(session_id), now() + self.auth.session_ttl, replaces=digest(held) if held else None
+            digest(session_id), now() + self.auth.session_ttl, digest(held) if held else None, person
         )
         response.set_cookie(
             name,

@@ -21,10 +21,10 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Route
 
 from hitl_mcp.core.models import now
-from hitl_mcp.web import WEB_RESPONDER
 from hitl_mcp.web.deps import web
 from hitl_mcp.web.links import LINK_PATH, SPENT
 from hitl_mcp.web.pagekit import PAGE_HEADERS, read_form, render, safe_next, wants_json
+from hitl_mcp.web.people import actor
 from hitl_mcp.web.sessions import SIGNIN_COOKIE, Sessions, cookie_name
 
 NO_TRACE = {"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
@@ -135,7 +135,7 @@ async def open_link(http: HttpRequest) -> Response:
     if not await broker.first_seen(SPENT, link.nonce):
         return _link_problem(409, "Link already used", "This link was already opened; each link works once.")
     opened = {"channel": link.channel, "offered_to": link.responder}
-    await broker.record(link.request_id, "link_opened", WEB_RESPONDER, opened)
+    await broker.record(link.request_id, "link_opened", await actor(http), opened)
     return RedirectResponse(link.page, status_code=303, headers=NO_TRACE)
 
 

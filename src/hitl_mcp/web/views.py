@@ -150,7 +150,7 @@ def agent_groups(requests: Iterable[Request]) -> list[AgentGroup]:
 
 
 def outcome_line(request: Request) -> str:
-    """The outcome in a few words, e.g. 'Approved by web inbox user via web' (``wording.fate``)."""
+    """The outcome in a few words, e.g. 'Approved by operator via web' (``wording.fate``)."""
     if request.status == Status.NOTIFIED:
         return "Notification"
     line = fate(request)

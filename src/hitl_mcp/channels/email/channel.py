@@ -200,6 +200,7 @@ class EmailChannel(_Composing, _Smtp, _Links, _Imap):
             reply = Reply(
                 channel=self.name,
                 responder=sender,
+                identity=sender,
                 decision=answer.decision,
                 choice=answer.choice,
                 text=answer.text,

@@ -12,8 +12,26 @@ from pathlib import Path
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.email.common import _PAYLOAD_SHOWN, Link, _headline, _when, load_key
 from hitl_mcp.channels.email.config import Config, _address
+from hitl_mcp.channels.fitting import INBOX_ACTION, Room, approve_here, shown
 from hitl_mcp.core.models import Kind, Request, now
+from hitl_mcp.core.previews import Shown
+from hitl_mcp.core.wording import STEP_UP_HINT
 from hitl_mcp.kit.signing import Signer, b64url, unb64url
+
+#: how much of a preview a mail shows whole
+ROOM = Room(20_000, "chars")
+
+
+def _preview_heading(request: Request) -> str:
+    title = (request.preview or {}).get("title")
+    return f"Preview{': ' + title if title else ''} (SHA-256 {request.preview_sha256})"
+
+
+def _preview_body(shown: Shown) -> str:
+    if shown.whole:
+        return shown.text
+    said = f"… {shown.summary}: {shown.note}. {INBOX_ACTION}, below the whole preview."
+    return f"{shown.text}\n{said}" if shown.text else said
 
 
 class _Composing(BaseChannel):
@@ -93,13 +111,19 @@ class _Composing(BaseChannel):
         else:
             expires = request.expires_at or now() + 30 * 86400
         answers: list[tuple[str, str]] = []
-        if request.kind == Kind.APPROVAL:
+        inbox: list[tuple[str, str]] = []
+        if request.kind == Kind.APPROVAL and request.step_up:  # approving needs a passkey, in the inbox
+            answers = [("Deny", "deny")]
+        elif request.kind == Kind.APPROVAL and approve_here(self, request) is not None:
+            answers = [("Deny", "deny")]  # approved in the inbox, below the whole preview
+            inbox = [(INBOX_ACTION, f"{self.public_url}/requests/{request.id}")]
+        elif request.kind == Kind.APPROVAL:
             answers = [("Approve", "approve"), ("Deny", "deny")]
         else:
             answers = [(f"{i}. {c}", f"c{i - 1}") for i, c in enumerate(request.choices or [], 1)]
             if request.allow_free_text or not request.choices:
                 answers.append(("Answer in your own words", "text"))
-        return [
+        return inbox + [
             (label, self.link_url(self.link_token(request.id, recipient, code, int(expires))))
             for label, code in answers
         ]
@@ -110,8 +134,16 @@ class _Composing(BaseChannel):
         if _address(recipient) not in self.allowed:
             return ["You receive this for your information; answers are taken only from the people asked."]
         lines: list[str] = []
-        if self.config.imap is not None:
-            if request.kind == Kind.APPROVAL:
+        if request.kind == Kind.APPROVAL and request.step_up:
+            inbox = f": {self.public_url}/requests/{request.id}" if self.public_url else ""
+            lines.append(f"{STEP_UP_HINT}{inbox}")
+            if self.config.imap is not None:
+                lines.append("To deny, reply to this mail with DENY on the first line.")
+        elif self.config.imap is not None:
+            if request.kind == Kind.APPROVAL and approve_here(self, request) is not None:
+                lines.append("The preview is too long for a mail: approve it in the hitl-mcp inbox.")
+                lines.append("To deny it, reply to this mail with DENY on the first line.")
+            elif request.kind == Kind.APPROVAL:
                 lines.append("To answer, reply to this mail with APPROVE or DENY on the first line.")
                 lines.append("Anything after that is kept as a comment.")
             elif request.choices:
@@ -142,11 +174,16 @@ class _Composing(BaseChannel):
             sections.append(("Details", request.details))
         if request.risk:
             sections.append(("Risk", request.risk))
-        if request.payload is not None:
-            shown = json.dumps(request.payload, indent=2, ensure_ascii=False, sort_keys=True)
-            if len(shown) > _PAYLOAD_SHOWN:
-                shown = shown[:_PAYLOAD_SHOWN] + "\n… (cut; the full payload is in the inbox)"
-            sections.append((f"Payload (SHA-256 {request.payload_sha256})", shown))
+        if request.risk_reasons:
+            sections.append(("Why", "; ".join(request.risk_reasons)))
+        preview = shown(self, request)
+        if preview is not None:
+            sections.append((_preview_heading(request), _preview_body(preview)))
+        elif request.payload is not None:
+            code = json.dumps(request.payload, indent=2, ensure_ascii=False, sort_keys=True)
+            if len(code) > _PAYLOAD_SHOWN:
+                code = code[:_PAYLOAD_SHOWN] + "\n… (cut; the full payload is in the inbox)"
+            sections.append((f"Payload (SHA-256 {request.payload_sha256})", code))
         if request.context:
             sections.append(("Context", request.context))
         if request.choices:
@@ -179,7 +216,7 @@ class _Composing(BaseChannel):
         for heading, body in sections:
             if heading:
                 parts.append(f"<p><b>{esc(heading)}</b></p>")
-            if heading and ("\n" in body or heading.startswith("Payload")):
+            if heading and ("\n" in body or heading.startswith(("Payload", "Preview"))):
                 parts.append(
                     f'<pre style="background:#f4f4f4;padding:.5em;white-space:pre-wrap">{esc(body)}</pre>'
                 )
@@ -208,6 +245,9 @@ class _Composing(BaseChannel):
         msg.set_content("\n\n".join(t for t in text if t) + "\n")
         msg.add_alternative("\n".join(parts), subtype="html")
         return msg
+
+    def preview_room(self) -> Room:
+        return ROOM
 
     def _message(self, to: str, subject: str, request_id: str, auto: str = "auto-generated") -> EmailMessage:
         msg = EmailMessage()

@@ -84,7 +84,7 @@ class _Links(BaseChannel):
             reply_kw = {"choice": label, "comment": comment}
         if await self.state.seen("link:" + link.nonce):
             return _page("Link already used", "<p>This link was already used; each link works once.</p>", 409)
-        reply = Reply(channel=self.name, responder=link.recipient, **reply_kw)
+        reply = Reply(channel=self.name, responder=link.recipient, identity=link.recipient, **reply_kw)
         match await self.answer(request.id, reply):
             case Answered():
                 return _page(

@@ -119,7 +119,9 @@ class _Answers(BaseChannel):
         if await self.state.seen(f"token:{nonce}"):
             await self.ignore(request_id, who, "answer token already used", answer=code)
             return Taken(409, "Not recorded: this button was already used.")
-        outcome = await self.answer(request_id, Reply(channel=self.name, responder=who, **fields))
+        outcome = await self.answer(
+            request_id, Reply(channel=self.name, responder=who, identity=who, **fields)
+        )
         match outcome:
             case Answered():
                 return Taken(200, outcome.words)

@@ -14,6 +14,7 @@ import anyio
 import httpx2
 
 from hitl_mcp.channels.base import ChannelConfig, Delivery, DeliveryError, Hub
+from hitl_mcp.channels.fitting import INBOX_ACTION, Room, approve_here, shown
 from hitl_mcp.channels.ntfy.answers import TOKEN_FIELD, _Answers, log
 from hitl_mcp.channels.ntfy.compose import (
     buttons,
@@ -24,7 +25,7 @@ from hitl_mcp.channels.ntfy.compose import (
     tags,
     title,
 )
-from hitl_mcp.channels.ntfy.config import HTTP_TIMEOUT, Config
+from hitl_mcp.channels.ntfy.config import HTTP_TIMEOUT, PREVIEW_BYTES, Config
 from hitl_mcp.core.models import Kind, Request
 from hitl_mcp.core.retry import retry_after
 
@@ -130,12 +131,16 @@ class NtfyChannel(_Answers):
 
     # --- sending ----------------------------------------------------------------------------
 
+    def preview_room(self) -> Room:
+        """A preview goes out only with ``show_payload`` (a topic may be public): else none fits."""
+        return Room(PREVIEW_BYTES if self.config.show_payload else 0, "bytes")
+
     async def deliver(self, request: Request) -> Delivery:
         link = inbox_link(request, self.public_url)
         body: dict[str, Any] = {
             "topic": self.config.topic,
             "title": title(request),
-            "message": message(request, self.config, self.public_url),
+            "message": message(request, self.config, self.public_url, shown(self, request)),
             "tags": tags(request),
             "priority": priority(request, self.config),
         }
@@ -155,7 +160,9 @@ class NtfyChannel(_Answers):
     def _actions(self, request: Request, link: str | None) -> list[dict[str, Any]]:
         """``http`` buttons, one per answer, each with its own signed token; for free text or too
         many choices, a ``view`` button to the inbox when there is one."""
-        offered = buttons(request)
+        approve = approve_here(self, request) is None
+        offered = buttons(request, approve)
+        inbox = [{"action": "view", "label": INBOX_ACTION, "url": link}] if link and not approve else []
         if not offered:
             return [{"action": "view", "label": "Answer in the inbox", "url": link}] if link else []
         if self.via_reply_topic:
@@ -166,7 +173,7 @@ class NtfyChannel(_Answers):
         else:
             url = f"{self.public_url}/webhooks/{self.name}/answer"
             headers = {"Content-Type": "application/json"}
-        return [
+        return inbox + [
             {
                 "action": "http",
                 "label": button.label,
@@ -184,7 +191,7 @@ class NtfyChannel(_Answers):
         that, the same text arrives as a follow-up notification."""
         if request.kind == Kind.NOTIFICATION:
             return
-        body = settled(request, self.config, self.name, self.config.topic)
+        body = settled(request, self.config, self.config.topic)
         if not delivery.detail.get("sequence_id"):
             del body["sequence_id"]
         await self._publish(body)

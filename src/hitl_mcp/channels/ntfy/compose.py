@@ -9,7 +9,8 @@ from typing import Any, TypedDict
 
 from hitl_mcp.channels.ntfy.config import LABEL_LIMIT, MAX_ACTIONS, MESSAGE_LIMIT, TITLE_LIMIT, Config
 from hitl_mcp.core.models import Decision, Kind, Request, Status
-from hitl_mcp.core.wording import expired, verdict
+from hitl_mcp.core.previews import Shown
+from hitl_mcp.core.wording import STEP_UP_HINT, expired, verdict
 
 _LEVEL_TAGS = {
     "info": "information_source",
@@ -28,10 +29,13 @@ class Button:
     code: str
 
 
-def buttons(request: Request) -> list[Button]:
-    """The answers offered as buttons; none for free text, or for more choices than ntfy shows."""
+def buttons(request: Request, approve: bool = True) -> list[Button]:
+    """The answers offered as buttons; none for free text, or for more choices than ntfy shows.
+    ``approve``: whether Approve is offered here (``fitting.approve_here``); if not, Deny alone."""
+    if request.kind == Kind.APPROVAL and request.step_up:  # approved only with a passkey, in the inbox
+        return [Button("Deny", "deny")]
     if request.kind == Kind.APPROVAL:
-        return [Button("Approve", "approve"), Button("Deny", "deny")]
+        return [Button("Approve", "approve"), Button("Deny", "deny")] if approve else [Button("Deny", "deny")]
     if request.kind == Kind.QUESTION and request.choices and len(request.choices) <= MAX_ACTIONS:
         return [Button(_clip(choice, LABEL_LIMIT), f"c{i}") for i, choice in enumerate(request.choices)]
     return []
@@ -46,7 +50,7 @@ class ReplyFields(TypedDict, total=False):
 
 def answer_of(request: Request, code: str) -> ReplyFields | None:
     """The reply fields a button's code stands for, or None when it does not fit the request."""
-    if request.kind == Kind.APPROVAL and code == "approve":
+    if request.kind == Kind.APPROVAL and code == "approve" and not request.step_up:
         return {"decision": "approve"}
     if request.kind == Kind.APPROVAL and code == "deny":
         return {"decision": "deny"}
@@ -87,18 +91,27 @@ def priority(request: Request, config: Config) -> int:
     return p.error if request.level == "error" else p.notification
 
 
-def message(request: Request, config: Config, public_url: str | None) -> str:
+def message(request: Request, config: Config, public_url: str | None, preview: Shown | None = None) -> str:
     """The notification's text: the question or action, what the config lets out, how to answer,
-    and who asked, until when, under which id."""
-    parts = [request.text.strip()]
+    and who asked, until when, under which id. ``preview``: what is shown of the request's preview
+    (``fitting.shown``, within the channel's room), in place of the payload; the action before it is
+    kept short enough that a preview that fits is never cut."""
+    previewed = preview is not None and config.show_payload
+    parts = [_clip_bytes(request.text.strip(), 1000) if previewed else request.text.strip()]
     withheld = False
     if request.kind == Kind.APPROVAL:
+        if request.risk_reasons and config.show_payload:
+            parts.append(_clip_bytes("Risk: " + "; ".join(request.risk_reasons), 300))
+        if preview is not None and config.show_payload:
+            parts.append(_preview(preview))
         extras = [request.details] if request.details else []
-        if request.payload is not None:
+        if request.payload is not None and preview is None:
             extras.append(json.dumps(request.payload, indent=2, ensure_ascii=False, sort_keys=True))
         if extras and config.show_payload:
             parts.extend(extras)
-        withheld = bool(extras) and not config.show_payload
+        withheld = (bool(extras) or preview is not None) and not config.show_payload
+        if preview is not None and not preview.whole:
+            parts.append(f"Approve it in the hitl-mcp inbox, below the whole preview ({preview.note}).")
     elif request.context:
         if config.show_payload:
             parts.append(request.context)
@@ -111,8 +124,17 @@ def message(request: Request, config: Config, public_url: str | None) -> str:
     return _clip_bytes("\n\n".join(p for p in parts if p), MESSAGE_LIMIT)
 
 
+def _preview(shown: Shown) -> str:
+    if shown.whole:
+        return f"Preview:\n{shown.text}"
+    head = f"Preview (first lines):\n{shown.text}\n" if shown.text else ""
+    return f"{head}{shown.summary}: {shown.note}."
+
+
 def _how_to_answer(request: Request, public_url: str | None) -> list[str]:
     where = "in the hitl-mcp inbox (tap this notification)" if public_url else "in the hitl-mcp inbox"
+    if request.kind == Kind.APPROVAL and request.step_up:
+        return [STEP_UP_HINT]
     if request.kind != Kind.QUESTION:
         return []
     if request.choices and len(request.choices) > MAX_ACTIONS:
@@ -131,15 +153,18 @@ def _footer(request: Request) -> str:
         bits.append(f"expires {_when(request.expires_at)}")
     if request.kind == Kind.APPROVAL and request.payload_sha256:
         bits.append(f"payload SHA-256 {request.payload_sha256[:12]}…")
+    if request.kind == Kind.APPROVAL and request.preview_sha256:
+        bits.append(f"preview SHA-256 {request.preview_sha256[:12]}…")
     if request.kind == Kind.QUESTION and request.default_answer is not None:
         bits.append(f"if nobody answers: “{_clip(request.default_answer, 200)}”")
     bits.append(f"id {request.short_id}")
     return " · ".join(bits)
 
 
-def outcome(request: Request, own: str) -> tuple[str, str]:
-    """The settled notification's tag and line: what replaces the buttons, or follows them."""
-    via = "ntfy" if request.channel == own else (request.channel or "?")
+def outcome(request: Request) -> tuple[str, str]:
+    """The settled notification's tag and line: what replaces the buttons, or follows them. The
+    channel is named as the outcome names it (the config's name: ``via push``), on this channel too."""
+    via = request.channel or "?"
     who = request.responder or "someone"
     when = _when(request.closed_at) if request.closed_at else "an unknown time"
     comment = f"\n“{_clip(request.comment, 500)}”" if request.comment else ""
@@ -156,9 +181,9 @@ def outcome(request: Request, own: str) -> tuple[str, str]:
     return "grey_question", f"Closed ({request.status.value})"
 
 
-def settled(request: Request, config: Config, own: str, topic: str) -> dict[str, Any]:
+def settled(request: Request, config: Config, topic: str) -> dict[str, Any]:
     """The update published once a request is settled: same sequence id, no buttons, quiet."""
-    tag, line = outcome(request, own)
+    tag, line = outcome(request)
     text = f"{line}\n\n{_clip(request.text.strip(), 500)}\n\nid {request.short_id}"
     return {
         "topic": topic,

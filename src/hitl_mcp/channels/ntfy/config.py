@@ -14,6 +14,8 @@ from hitl_mcp.core.retry import RetryPolicy
 DEFAULT_SERVER = "https://ntfy.sh"
 #: ntfy turns a longer message into an attachment (publish.md, "Limitations"): we clip instead
 MESSAGE_LIMIT = 4096
+#: how much of a preview a notification shows whole (bytes of its 4,096): the action is kept short beside it
+PREVIEW_BYTES = 2500
 TITLE_LIMIT = 250
 #: ntfy shows at most three action buttons (publish.md, "Action buttons")
 MAX_ACTIONS = 3

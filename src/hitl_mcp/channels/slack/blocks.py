@@ -8,26 +8,54 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 
+from hitl_mcp.channels.base import Channel
+from hitl_mcp.channels.fitting import INBOX_ACTION, Room, approve_here, shown
 from hitl_mcp.channels.slack.config import _RESPONDER, _USER_ID, BUTTON_LIMIT, HEADER_LIMIT, SECTION_LIMIT
 from hitl_mcp.core.models import Decision, Kind, Request, Status
-from hitl_mcp.core.wording import expired, verdict
+from hitl_mcp.core.previews import Shown
+from hitl_mcp.core.wording import STEP_UP_BUTTON, STEP_UP_HINT, expired, verdict
+
+#: how much of a preview a message shows: code sections of 3,000 characters each (escaped), as many
+#: as it takes, within Slack's 50 blocks
+ROOM = Room(12_000, "chars", escape=lambda text: _esc(text))
 
 # ----------------------------------------------------------------------------------- the messages
 
 
-def render(
-    request: Request, public_url: str | None, mention: str | None, outcome: str | None = None
+def render_for(
+    channel: Channel, request: Request, mention: str | None, outcome: str | None = None
 ) -> list[dict[str, Any]]:
-    """The Block Kit blocks for a request; with ``outcome``, the settled form (no buttons)."""
+    """``render`` as ``channel`` shows it: its preview and, by the kit's rule, its buttons."""
+    preview, approve = shown(channel, request), approve_here(channel, request) is None
+    return render(request, channel.public_url, mention, outcome, preview, approve)
+
+
+def render(
+    request: Request,
+    public_url: str | None,
+    mention: str | None,
+    outcome: str | None = None,
+    preview: Shown | None = None,
+    approve: bool = True,
+) -> list[dict[str, Any]]:
+    """The Block Kit blocks for a request; with ``outcome``, the settled form (no buttons).
+    ``preview``: what the channel shows of the request's preview (``fitting.shown``), in place of
+    the payload's JSON; ``approve``: whether Approve is offered here (``fitting.approve_here``):
+    if not, Deny and a link to review and approve in the inbox."""
     rid = request.id
     blocks: list[dict[str, Any]] = [_header(request)]
-    link = f"\n<{public_url}/requests/{rid}|Read the whole request in the inbox>" if public_url else ""
+    inbox = f"{public_url}/requests/{rid}" if public_url else None
+    link = f"\n<{inbox}|Read the whole request in the inbox>" if inbox else ""
     lead = f"{mention} " if mention else ""
     if request.kind == Kind.APPROVAL:
         blocks.append(_section(f"{lead}*Action:* {_esc(request.text)}", link, raw=True))
+        if request.risk_reasons:
+            blocks.append(_section(f"*Risk:* {_esc('; '.join(request.risk_reasons))}", "", raw=True))
         if request.details:
             blocks.append(_section(request.details, link))
-        if request.payload is not None:
+        if preview is not None:
+            blocks += _preview_blocks(request, preview)
+        elif request.payload is not None:
             code = json.dumps(request.payload, indent=2, ensure_ascii=False, sort_keys=True)
             blocks.append(_section(code, link, code=True))
     else:
@@ -37,16 +65,29 @@ def render(
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _context(request)}]})
     if outcome is not None:
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": outcome}})
+    elif request.kind == Kind.APPROVAL and request.step_up:  # a passkey in the inbox, never a plain Approve
+        elements = [_button("Deny", "deny", "deny", "danger")]
+        if inbox:
+            elements.insert(0, {**_button(STEP_UP_BUTTON, "open_inbox", "open_inbox"), "url": inbox})
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": STEP_UP_HINT}]})
+        blocks.append({"type": "actions", "block_id": f"hitl:{rid}:decision", "elements": elements})
+    elif request.kind == Kind.APPROVAL and not approve:  # the preview is not shown whole: no Approve here
+        elements = [_button("Deny", "deny", "deny", "danger")]
+        if inbox:
+            elements.insert(0, {**_button(INBOX_ACTION, "open_inbox", "open_inbox", "primary"), "url": inbox})
+        else:
+            blocks.append(_section(f"_{INBOX_ACTION} (hitl-mcp inbox)._", "", raw=True))
+        blocks.append({"type": "actions", "block_id": f"hitl:{rid}:decision", "elements": elements})
     elif request.kind == Kind.APPROVAL:
-        approve: dict[str, Any] = _button("Approve", "approve", "approve", "primary")
+        button: dict[str, Any] = _button("Approve", "approve", "approve", "primary")
         if request.risk == "high":
-            approve["confirm"] = {
+            button["confirm"] = {
                 "title": _plain_text("High-risk action"),
                 "text": {"type": "mrkdwn", "text": "Approve it? The agent will go ahead at once."},
                 "confirm": _plain_text("Approve"),
                 "deny": _plain_text("Back"),
             }
-        elements = [approve, _button("Deny", "deny", "deny", "danger")]
+        elements = [button, _button("Deny", "deny", "deny", "danger")]
         if request.risk != "high":  # a rule made by one tap never approves high risk
             elements.append(_button("Approve & remember 24 h", "approve_remember", "approve_remember"))
         blocks.append({"type": "actions", "block_id": f"hitl:{rid}:decision", "elements": elements})
@@ -105,12 +146,40 @@ def _section(text: str, link: str, *, raw: bool = False, code: bool = False) -> 
     return {"type": "section", "text": {"type": "mrkdwn", "text": f"{fence}{body}{fence}{tail}"}}
 
 
+def _preview_blocks(request: Request, shown: Shown) -> list[dict[str, Any]]:
+    """The preview as code sections (as many as its text takes, split between lines), and when it is
+    not whole, what is not shown."""
+    title = (request.preview or {}).get("title")
+    head = "*Preview*" + (f": {_esc(title)}" if title else "")
+    blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": head}}]
+    room = SECTION_LIMIT - 6
+    chunk: list[str] = []
+    used = 0
+    pieces = [_unfence(_esc(line)) for line in shown.text.splitlines()] if shown.text else []
+    for piece in [p[i : i + room] for p in pieces for i in range(0, max(len(p), 1), room)]:
+        if chunk and used + len(piece) + 1 > room:
+            blocks.append(
+                {"type": "section", "text": {"type": "mrkdwn", "text": f"```{chr(10).join(chunk)}```"}}
+            )
+            chunk, used = [], 0
+        chunk.append(piece)
+        used += len(piece) + 1
+    if chunk:
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{chr(10).join(chunk)}```"}})
+    if not shown.whole:
+        said = f"_{_esc(shown.summary)}: {shown.note}. {INBOX_ACTION}, below the whole preview._"
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": said}]})
+    return blocks
+
+
 def _context(request: Request) -> str:
     parts = [f"From *{_esc(request.client_name or 'an agent')}*"]
     if request.expires_at is not None:
         parts.append(f"expires {_date(request.expires_at, '{date_short_pretty} at {time}')}")
     if request.kind == Kind.APPROVAL and request.payload_sha256:
         parts.append(f"payload SHA-256 `{request.payload_sha256[:12]}…`")
+    if request.kind == Kind.APPROVAL and request.preview_sha256:
+        parts.append(f"preview SHA-256 `{request.preview_sha256[:12]}…`")
     if request.kind == Kind.QUESTION and request.default_answer is not None:
         parts.append(f"if nobody answers: “{_esc(_clip(request.default_answer, 200))}”")
     parts.append(f"id `{request.short_id}`")

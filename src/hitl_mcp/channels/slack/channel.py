@@ -15,8 +15,10 @@ from starlette.routing import BaseRoute, Route
 
 from hitl_mcp.channels.base import Answered, ChannelConfig, Counted, Delivery, DeliveryError, allowed
 from hitl_mcp.channels.base import Channel as BaseChannel
+from hitl_mcp.channels.fitting import Room
 from hitl_mcp.channels.slack.api import _call, _require_sdk, _web_client
 from hitl_mcp.channels.slack.blocks import (
+    ROOM,
     ReplyFields,
     _clip,
     _esc,
@@ -27,7 +29,7 @@ from hitl_mcp.channels.slack.blocks import (
     _request_id,
     _unescape,
     outcome_line,
-    render,
+    render_for,
 )
 from hitl_mcp.channels.slack.config import MAX_BODY, SOCKET_RETRY, Config, log
 from hitl_mcp.core.models import Kind, Reply, Request
@@ -111,6 +113,9 @@ class SlackChannel(BaseChannel):
 
     # --- sending -----------------------------------------------------------------------------
 
+    def preview_room(self) -> Room:
+        return ROOM
+
     async def deliver(self, request: Request) -> Delivery:
         _require_sdk()
         if request.kind != Kind.NOTIFICATION:
@@ -118,7 +123,7 @@ class SlackChannel(BaseChannel):
             if problem:
                 raise DeliveryError(f"not sent: {problem}", permanent=True)
         mention = _mention(self.config.mention)
-        blocks = render(request, self.public_url, mention)
+        blocks = render_for(self, request, mention)
         text = _fallback(request, mention)
         if self.config.channel is not None:
             ts = await self._post(self.config.channel, text, blocks)
@@ -160,7 +165,7 @@ class SlackChannel(BaseChannel):
     async def retract(self, request: Request, delivery: Delivery) -> None:
         messages = delivery.detail.get("messages") or ([delivery.ref.split(":", 1)] if delivery.ref else [])
         line = outcome_line(request, self.name)
-        blocks = render(request, self.public_url, None, outcome=line)
+        blocks = render_for(self, request, None, outcome=line)
         first_error: DeliveryError | None = None
         for where, ts in messages:
             try:
@@ -387,7 +392,9 @@ class SlackChannel(BaseChannel):
             await self.ignore(request_id, who, reason)
             await self._tell(where, user_id, "You are not allowed to answer this request.", thread)
             return
-        outcome = await self.answer(request_id, Reply(channel=self.name, responder=who, **fields))
+        outcome = await self.answer(
+            request_id, Reply(channel=self.name, responder=who, identity=user_id, **fields)
+        )
         # the message itself shows the outcome once it is settled; a quorum's vote is told at once
         if not isinstance(outcome, Answered) or isinstance(outcome, Counted):
             await self._tell(where, user_id, outcome.words, thread)

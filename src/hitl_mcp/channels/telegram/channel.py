@@ -7,10 +7,11 @@ from typing import Any, ClassVar
 import anyio
 
 from hitl_mcp.channels.base import Delivery, DeliveryError
+from hitl_mcp.channels.fitting import Room, shown
 from hitl_mcp.channels.telegram.api import call, failure, new_api, not_modified, require_library
 from hitl_mcp.channels.telegram.config import Config, log
 from hitl_mcp.channels.telegram.inbound import WEBHOOK_PATH, TelegramInbound, _inline
-from hitl_mcp.channels.telegram.render import compose, keyboard, outcome_line, reminder, wants_typed_reply
+from hitl_mcp.channels.telegram.render import ROOM, compose, outcome_line, reminder, wants_typed_reply
 from hitl_mcp.core.models import Kind, Request
 
 
@@ -23,6 +24,9 @@ class TelegramChannel(TelegramInbound):
     @classmethod
     def libraries(cls, config: Any) -> tuple[str, ...]:
         return ("telegram",)  # python-telegram-bot; httpx comes with it
+
+    def preview_room(self) -> Room:
+        return ROOM
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -74,7 +78,7 @@ class TelegramChannel(TelegramInbound):
         from telegram import ForceReply, LinkPreviewOptions
 
         markup: Any = None
-        rows = keyboard(request, self.tokens) if request.kind != Kind.NOTIFICATION else None
+        rows = self._keyboard(request) if request.kind != Kind.NOTIFICATION else None
         if rows is not None:
             markup = _inline(rows)
         elif wants_typed_reply(request):
@@ -84,7 +88,7 @@ class TelegramChannel(TelegramInbound):
             sent = await call(
                 bot.send_message(
                     chat,
-                    compose(request, self.public_url),
+                    compose(request, self.public_url, preview=shown(self, request)),
                     parse_mode="HTML",
                     reply_markup=markup,
                     link_preview_options=LinkPreviewOptions(is_disabled=True),
@@ -125,7 +129,8 @@ class TelegramChannel(TelegramInbound):
         chat, message_id = _where(delivery)
         if message_id is None:
             return
-        text = compose(request, self.public_url, outcome=outcome_line(request, self.name))
+        line = outcome_line(request, self.name)
+        text = compose(request, self.public_url, outcome=line, preview=shown(self, request))
         async with self._bot() as bot:
             try:
                 await bot.edit_message_text(

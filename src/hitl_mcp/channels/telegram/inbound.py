@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Route
 from hitl_mcp.channels._replies import choice_by_number
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.base import ChannelConfig, DeliveryError, Hub, Unknown, allowed
+from hitl_mcp.channels.fitting import approve_here
 from hitl_mcp.channels.telegram.api import Api, call, failure, new_api, not_modified, require_library
 from hitl_mcp.channels.telegram.config import (
     ALLOWED_UPDATES,
@@ -40,7 +41,7 @@ from hitl_mcp.channels.telegram.render import (
     clip,
     keyboard,
 )
-from hitl_mcp.core.models import Kind, Reply
+from hitl_mcp.core.models import Kind, Reply, Request
 from hitl_mcp.core.wording import already
 from hitl_mcp.kit.signing import b64url, derive_key
 
@@ -56,6 +57,12 @@ class TelegramInbound(BaseChannel):
     def __init__(self, name: str, config: ChannelConfig, hub: Hub) -> None:
         super().__init__(name, config, hub)
         self._api: Api | None = None
+
+    def _keyboard(self, request: Request, confirming: bool = False) -> list[Row] | None:
+        """The buttons, with Approve only when the preview is shown whole (``fitting``)."""
+        inbox = f"{self.public_url.rstrip('/')}/requests/{request.id}" if self.public_url else None
+        approve = approve_here(self, request) is None
+        return keyboard(request, self.tokens, confirming=confirming, approve=approve, inbox=inbox)
 
     # --- what this channel is --------------------------------------------------------------------
 
@@ -263,7 +270,7 @@ class TelegramInbound(BaseChannel):
         if request.is_open and request.kind == Kind.APPROVAL and action in (APPROVE, BACK):
             if action == BACK or request.risk == "high":
                 confirming = action == APPROVE
-                await self._set_buttons(query, keyboard(request, self.tokens, confirming=confirming))
+                await self._set_buttons(query, self._keyboard(request, confirming=confirming))
                 await self._toast(
                     query,
                     "High-risk action: press “Yes, approve” to confirm." if confirming else "Not approved.",
@@ -282,7 +289,9 @@ class TelegramInbound(BaseChannel):
             await self.ignore(request_id, who, f"a button that does not fit the request ({action})")
             await self._toast(query, "This button does not fit the request.")
             return
-        outcome = await self.answer(request_id, Reply(channel=self.name, responder=who, **fields))
+        outcome = await self.answer(
+            request_id, Reply(channel=self.name, responder=who, identity=str(user.id), **fields)
+        )
         await self._toast(query, outcome.words)
 
     async def _on_message(self, message: Any) -> None:
@@ -317,7 +326,9 @@ class TelegramInbound(BaseChannel):
             return
         choice = choice_by_number(text, request.choices)
         fields = {"choice": choice} if choice is not None else {"text": text}
-        outcome = await self.answer(request.id, Reply(channel=self.name, responder=who, **fields))
+        outcome = await self.answer(
+            request.id, Reply(channel=self.name, responder=who, identity=str(user.id), **fields)
+        )
         await self._say(chat, outcome.words, message)
 
     # --- small calls, best effort ------------------------------------------------------------------
@@ -367,9 +378,15 @@ class TelegramInbound(BaseChannel):
 def _inline(rows: list[Row]) -> Any:
     from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
-    return InlineKeyboardMarkup(
-        [[InlineKeyboardButton(label, callback_data=data) for label, data in row] for row in rows]
-    )
+    def button(label: str, data: str) -> Any:  # a link to the inbox, or a signed answer
+        is_url = data.startswith(("https://", "http://"))
+        return (
+            InlineKeyboardButton(label, url=data)
+            if is_url
+            else InlineKeyboardButton(label, callback_data=data)
+        )
+
+    return InlineKeyboardMarkup([[button(label, data) for label, data in row] for row in rows])
 
 
 def _who(user: Any) -> str:

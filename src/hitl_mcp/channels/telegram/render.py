@@ -10,9 +10,11 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from hitl_mcp.channels.fitting import INBOX_ACTION, Room
 from hitl_mcp.channels.telegram.config import BUTTON_LIMIT, CALLBACK_DATA_LIMIT, MESSAGE_LIMIT
 from hitl_mcp.core.models import Kind, Request, Status
-from hitl_mcp.core.wording import expired, still_waiting, verdict
+from hitl_mcp.core.previews import Shown
+from hitl_mcp.core.wording import STEP_UP_HINT, expired, still_waiting, verdict
 from hitl_mcp.kit.signing import Signer
 
 #: a row of inline buttons: (label, callback_data)
@@ -24,6 +26,9 @@ _DATA = re.compile(r"([0-9a-f]{8,32})\.([a-z0-9]{1,3})\.([A-Za-z0-9_-]{22})")
 
 _LEVELS = {"info": "ℹ️", "success": "✅", "warning": "⚠️", "error": "🚨"}
 _CUT_NOTE = "\n<i>(cut to fit Telegram: the whole request is in the hitl-mcp inbox)</i>"
+#: how much of a preview a message shows whole, as sent (HTML-escaped), of its 4,096 UTF-16 units: the
+#: action and the rest share what is left
+ROOM = Room(3000, "utf16", escape=lambda text: _esc(text))
 
 
 # ------------------------------------------------------------------------------ callback_data
@@ -58,16 +63,29 @@ def _same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
 
 
-def keyboard(request: Request, tokens: ButtonTokens, *, confirming: bool = False) -> list[Row] | None:
+def keyboard(
+    request: Request,
+    tokens: ButtonTokens,
+    *,
+    confirming: bool = False,
+    approve: bool = True,
+    inbox: str | None = None,
+) -> list[Row] | None:
     """The inline keyboard of a pending request: Approve/Deny (or, once Approve was pressed on a
-    high-risk action, the confirmation), or one button per choice."""
+    high-risk action, the confirmation), or one button per choice. ``approve``: whether Approve is
+    offered here (``fitting.approve_here``); if not, Deny and a link (``inbox``: a URL button) to
+    review and approve it in the inbox."""
     rid = request.id
+    if request.kind == Kind.APPROVAL and not approve:
+        return [[("⛔ Deny", tokens.data(rid, DENY))]] + ([[(f"🔎 {INBOX_ACTION}", inbox)]] if inbox else [])
     if request.kind == Kind.APPROVAL:
         if confirming:
             return [
                 [("⚠️ Yes, approve", tokens.data(rid, CONFIRM))],
                 [("↩️ Back", tokens.data(rid, BACK))],
             ]
+        if request.step_up:  # approved only with a passkey in the inbox (the message links to it)
+            return [[("⛔ Deny", tokens.data(rid, DENY))]]
         rows = [[("✅ Approve", tokens.data(rid, APPROVE)), ("⛔ Deny", tokens.data(rid, DENY))]]
         if request.risk != "high":  # a rule made by one tap never approves high risk
             rows.append([("🔁 Approve & remember 24 h", tokens.data(rid, REMEMBER))])
@@ -85,8 +103,12 @@ def wants_typed_reply(request: Request) -> bool:
 # ------------------------------------------------------------------------------ the message
 
 
-def compose(request: Request, public_url: str | None, outcome: str | None = None) -> str:
-    """The message's HTML; with ``outcome`` (HTML), the settled form that replaces it."""
+def compose(
+    request: Request, public_url: str | None, outcome: str | None = None, preview: Shown | None = None
+) -> str:
+    """The message's HTML; with ``outcome`` (HTML), the settled form that replaces it. ``preview``:
+    what the channel shows of the request's preview (``fitting.shown``, within ``ROOM``), in place of
+    the payload; the room for it is kept first, so a preview that fits is never cut."""
     head = _header(request)
     foot = [_footer(request)]
     if outcome is not None:
@@ -99,9 +121,11 @@ def compose(request: Request, public_url: str | None, outcome: str | None = None
     if link:
         foot.append(f'<a href="{html.escape(link)}">Open it in the hitl-mcp inbox</a>')
     tail = "\n\n" + "\n".join(foot)
-    parts = _parts(request)
+    parts = _parts(request, preview is not None)
+    shown = _preview_html(request, preview) if preview is not None else ""
     # the agent's text gets what the rest leaves, each part in turn (the action or question first)
     room = MESSAGE_LIMIT - _units(head) - _units(tail) - _units(_CUT_NOTE) - 2 * len(parts)
+    room -= _units(shown) + 2 if shown else 0
     body: list[str] = []
     cut = False
     for part in parts:
@@ -113,6 +137,8 @@ def compose(request: Request, public_url: str | None, outcome: str | None = None
         room -= _units(text) + 2
         cut = cut or was_cut
     note = _CUT_NOTE if cut else ""
+    if shown:
+        body.insert(1, shown)  # after the action
     message = head + "\n" + "\n\n".join(body) + note + tail
     assert _units(message) <= MESSAGE_LIMIT, _units(message)
     return message
@@ -125,12 +151,25 @@ class _Part:
     close: str = ""
 
 
-def _parts(request: Request) -> list[_Part]:
+def _preview_html(request: Request, shown: Shown) -> str:
+    """The preview in a ``<pre>`` block; when it is not whole, what is not shown, and where it is."""
+    title = (request.preview or {}).get("title")
+    head = "<b>Preview</b>" + (f": {_esc(title)}" if title else "")
+    code = f"<pre>{_esc(shown.text)}</pre>" if shown.text else ""
+    if shown.whole:
+        return f"{head}\n{code}"
+    said = f"{_esc(shown.summary)}: {shown.note}. {INBOX_ACTION}, below the whole preview."
+    return f"{head}\n{code}\n<i>{said}</i>"
+
+
+def _parts(request: Request, previewed: bool = False) -> list[_Part]:
     if request.kind == Kind.APPROVAL:
         parts = [_Part(request.text, "<b>Action:</b> ")]
+        if request.risk_reasons:
+            parts.append(_Part("; ".join(request.risk_reasons), "<b>Risk:</b> "))
         if request.details:
             parts.append(_Part(request.details))
-        if request.payload is not None:
+        if request.payload is not None and not previewed:
             code = json.dumps(request.payload, indent=2, ensure_ascii=False, sort_keys=True)
             parts.append(_Part(code, "<pre>", "</pre>"))
         if request.context:
@@ -175,6 +214,8 @@ def _footer(request: Request) -> str:
         parts.append(f"expires {_when(request.expires_at, '%Y-%m-%d %H:%M UTC')}")
     if request.kind == Kind.APPROVAL and request.payload_sha256:
         parts.append(f"payload SHA-256 <code>{request.payload_sha256[:12]}…</code>")
+    if request.kind == Kind.APPROVAL and request.preview_sha256:
+        parts.append(f"preview SHA-256 <code>{request.preview_sha256[:12]}…</code>")
     parts.append(f"id <code>{request.short_id}</code>")
     line = " · ".join(parts)
     if request.kind == Kind.QUESTION and request.default_answer is not None:
@@ -183,6 +224,8 @@ def _footer(request: Request) -> str:
 
 
 def _hint(request: Request) -> str | None:
+    if request.kind == Kind.APPROVAL and request.step_up:
+        return STEP_UP_HINT
     if request.kind == Kind.APPROVAL:
         return "Approving a high-risk action asks you to confirm." if request.risk == "high" else None
     if request.kind != Kind.QUESTION:

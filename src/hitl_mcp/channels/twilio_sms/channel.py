@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 
 from hitl_mcp.channels.base import ChannelConfig, Delivery, DeliveryError, Hub
+from hitl_mcp.channels.fitting import Room, approve_here, shown
 from hitl_mcp.channels.twilio_sms.config import RECENT_CODES, REPLY_RETRY, TWILIO_API, Config, log
 from hitl_mcp.channels.twilio_sms.inbound import SmsInbound
-from hitl_mcp.channels.twilio_sms.text import _retract_text, compose, segments
+from hitl_mcp.channels.twilio_sms.text import ROOM, _retract_text, compose, segments
 from hitl_mcp.channels.twilio_sms.transport import _Failure, _failure, _transport_class
 from hitl_mcp.core.models import Kind, Request
 from hitl_mcp.core.wording import still_waiting
@@ -124,6 +125,9 @@ class TwilioSmsChannel(SmsInbound):
 
     # --- sending ----------------------------------------------------------------------------
 
+    def preview_room(self) -> Room:
+        return ROOM
+
     async def deliver(self, request: Request) -> Delivery:
         key = f"send:{request.id}"
         state = await self._load(key)
@@ -134,7 +138,7 @@ class TwilioSmsChannel(SmsInbound):
             await self._save(key, state)
         public_url = self.public_url
         link = f"{public_url}/requests/{request.id}" if public_url else None
-        body = compose(request, code, link)
+        body = compose(request, code, link, shown(self, request), approve_here(self, request) is None)
         size = segments(body)
         sent = await self._send_all(key, state, list(self.config.to), body)
         if sent.retry is not None:  # the numbers already reached are skipped next time

@@ -21,6 +21,7 @@ from starlette.routing import BaseRoute, Route
 from hitl_mcp.channels._replies import PUNCTUATION as _PUNCTUATION
 from hitl_mcp.channels.base import Answered, Delivery, Invalid, Late, Unknown
 from hitl_mcp.channels.base import Channel as BaseChannel
+from hitl_mcp.channels.fitting import approve_here
 from hitl_mcp.channels.twilio_sms.config import (
     _CODE,
     EMPTY_TWIML,
@@ -194,7 +195,8 @@ class SmsInbound(BaseChannel):
             code = str(delivery.detail.get("code"))
             if request.kind == Kind.APPROVAL:  # an approval always needs its code
                 await self._unclear(request.id, number, sid, "approval without its code")
-                return f"Include the code to answer: {instructions(request, code, short=True)}."
+                said = instructions(request, code, short=True, approve=approve_here(self, request) is None)
+                return f"Include the code to answer: {said}."
             rest = words
         reply = _parse(request, rest, self.name, number)
         if reply is None:
@@ -203,8 +205,12 @@ class SmsInbound(BaseChannel):
         match await self.answer(request.id, reply):
             case Answered(answered):
                 return f"Got it: {_what(answered)}, {code}"
-            case Late(closed):
-                return _settled_text(closed, code)
+            case Late(closed) as late:  # a quorum's vote refused (already voted) leaves it open
+                return late.words if closed.is_open else _settled_text(closed, code)
+            case Invalid() as invalid if reply.decision == "approve" and (
+                request.step_up or approve_here(self, request)
+            ):
+                return invalid.words  # a step-up's or a long preview's approval is the inbox's
             case Invalid():
                 await self._unclear(request.id, number, sid, "not understood")
                 return f"Didn't get that. {instructions(request, code, short=True)}"

@@ -11,11 +11,16 @@ from hitl_mcp.channels._replies import choice_by_number, decision_of
 from hitl_mcp.channels.base import (
     Delivery,
 )
+from hitl_mcp.channels.fitting import Room
 from hitl_mcp.channels.twilio_sms.config import CUT_WITH_LINK, MAX_CHARS
 from hitl_mcp.core.models import Kind, Reply, Request, Status
+from hitl_mcp.core.previews import Shown
 from hitl_mcp.core.wording import answered_what
 
 # ---------------------------------------------------------------------------------- message text
+
+#: how much of a preview a text shows whole: a short command or statement (a few segments)
+ROOM = Room(320, "chars")
 
 _GSM7_BASIC = frozenset(
     "@£$¥èéùìòÇ\nØø\rÅåΔ_ΦΓΛΩΠΨΣΘΞÆæßÉ !\"#¤%&'()*+,-./0123456789:;<=>?"
@@ -58,8 +63,15 @@ def _cut(text: str, room: int) -> tuple[str, bool]:
     return kept.rstrip() + "...", True  # not "…": one such character makes it all UCS-2
 
 
-def instructions(request: Request, code: str, *, short: bool = False) -> str:
-    """How to answer, with the code: "Reply YES 4821 or NO 4821", "Reply 1 4821 for staging, ..."."""
+def instructions(request: Request, code: str, *, short: bool = False, approve: bool = True) -> str:
+    """How to answer, with the code: "Reply YES 4821 or NO 4821", "Reply 1 4821 for staging, ...".
+    ``approve``: whether it may be approved by text (``fitting.approve_here``); if not, NO only."""
+    if request.kind == Kind.APPROVAL and request.step_up:  # approving needs a passkey: the inbox
+        return f"Reply NO {code} to deny; approve it in the hitl-mcp inbox with your passkey" + (
+            "" if short else "."
+        )
+    if request.kind == Kind.APPROVAL and not approve:
+        return f"Reply NO {code} to deny; approve it in the hitl-mcp inbox" + ("" if short else ".")
     if request.kind == Kind.APPROVAL:
         return f"Reply YES {code} or NO {code}" + ("" if short else ", optionally with a comment.")
     choices = request.choices or []
@@ -71,9 +83,13 @@ def instructions(request: Request, code: str, *, short: bool = False) -> str:
     return f"Reply {code} followed by your answer" + ("" if short else ".")
 
 
-def compose(request: Request, code: str | None, link: str | None) -> str:
+def compose(
+    request: Request, code: str | None, link: str | None, preview: Shown | None = None, approve: bool = True
+) -> str:
     """The outbound text, within Twilio's 1,600 characters; a long question is cut when a link to
-    its inbox page can carry the rest."""
+    its inbox page can carry the rest. ``preview``: what the channel shows of the request's preview
+    (``fitting.shown``, within ``ROOM``), whole, on lines of its own after the action; ``approve``:
+    whether YES is offered (``fitting.approve_here``)."""
     label = ""
     if request.kind == Kind.NOTIFICATION:
         head = _squash(f"{request.title}: {request.text}" if request.title else request.text)
@@ -88,7 +104,10 @@ def compose(request: Request, code: str | None, link: str | None) -> str:
                 head += " " + _squash(request.details)
             if request.risk == "high":
                 label = "HIGH RISK: "
-        tail = " " + instructions(request, code or "")
+        tail = " " + instructions(request, code or "", approve=approve)
+        if preview is not None:
+            shown = preview.text if preview.whole else f"{preview.summary}: {preview.note}"
+            tail = f"\n{shown}\n{tail.lstrip()}"
     prefix = "[hitl] " + label
     if link:
         tail += f" Details: {link}"
@@ -131,16 +150,16 @@ def _parse(request: Request, words: list[str], channel: str, number: str) -> Rep
         decision = decision_of(first)
         if decision is None:
             return None
-        return Reply(channel=channel, responder=number, decision=decision, comment=comment)
+        return Reply(channel=channel, responder=number, identity=number, decision=decision, comment=comment)
     if request.kind != Kind.QUESTION:
         return None
     if request.choices and first.isdigit():
         choice = choice_by_number(first, request.choices)
         if choice is not None:
-            return Reply(channel=channel, responder=number, choice=choice, comment=comment)
+            return Reply(channel=channel, responder=number, identity=number, choice=choice, comment=comment)
         if not request.allow_free_text:
             return None
-    return Reply(channel=channel, responder=number, text=" ".join(words))
+    return Reply(channel=channel, responder=number, identity=number, text=" ".join(words))
 
 
 def _help(mine: list[tuple[Request, Delivery]]) -> str:

@@ -124,6 +124,7 @@ class WebhookChannel(BaseChannel):
         reply = Reply(
             channel=self.name,
             responder=who,
+            identity=who,
             decision=answer.decision,
             choice=answer.choice,
             text=answer.text,

@@ -29,10 +29,10 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
 
 from hitl_mcp.core.models import Kind, Request, Status, iso, now
-from hitl_mcp.core.results import to_outcome
+from hitl_mcp.mcp.call_context import AnyContext
 from hitl_mcp.mcp.tasks.pace import Pace
 from hitl_mcp.mcp.tasks.status import TASK_CANCELLED, is_settled, ttl_ms, waiting_message
-from hitl_mcp.mcp.tool_results import tool_result
+from hitl_mcp.mcp.tasks.work import TaskWork
 
 __all__ = ["CORE_VERSION", "RELATED_TASK", "CoreTasks"]
 
@@ -52,21 +52,21 @@ class CoreTasks:
     def __init__(
         self,
         get_broker: Callable[[], Awaitable[Broker]],
-        task_tools: frozenset[str],
+        work: TaskWork,
         as_task: Callable[[], Any],
         *,
         pace: Pace,
-        inbox_url: str | None,
-        created: Callable[[Broker, Any, Request], None] | None = None,
+        created: Callable[[Broker, AnyContext, Request], None] | None = None,
     ) -> None:
         self.get_broker = get_broker
-        self.task_tools = task_tools
+        self.work = work
+        """Which tools run as tasks, and what a task is after its request (``work.py``)."""
         self.as_task = as_task
         """Enters "this tool call is answered with a task" (a context manager)."""
         self.pace = pace
+        """``pollInterval``: by the task's age and the load (``pace.py``), for proxy tasks as for ours."""
         self.created = created
-        """Told of each task created (with the broker and the session): ``push.py`` follows it."""
-        self.inbox_url = inbox_url
+        """Told of each task created (with the broker and the call): ``push.py`` follows it."""
 
     # --- the middleware: initialize, tools/list, tools/call with params.task ---------------------
 
@@ -81,13 +81,13 @@ class CoreTasks:
         if ctx.method == "tools/list":
             result = await call_next(ctx)
             for tool in result.get("tools", []) if isinstance(result, dict) else []:
-                if tool.get("name") in self.task_tools:
+                if self.work.runs_as_task(str(tool.get("name"))):
                     tool["execution"] = {"taskSupport": "optional"}
             return result
         params = ctx.params
         if ctx.method != "tools/call" or not isinstance(params, Mapping) or params.get("task") is None:
             return await call_next(ctx)
-        if params.get("name") not in self.task_tools:
+        if not self.work.runs_as_task(str(params.get("name"))):
             raise MCPError(code=INVALID_PARAMS, message=f"tool {params.get('name')!r} does not run as a task")
         with self.as_task():
             result = await call_next(
@@ -99,16 +99,20 @@ class CoreTasks:
         if result.get("isError") or not isinstance(content, dict):
             text = " ".join(c.get("text", "") for c in result.get("content", []) if isinstance(c, dict))
             raise MCPError(code=INVALID_PARAMS, message=text or "the tool failed")
+        direct = self.work.direct(ctx, str(content.get("request_id")))
+        if direct is not None:
+            return {"task": direct.task(self.pace.interval(0.0))}  # runs at once: no person's wait
         broker = await self.get_broker()
         request = await broker.get_or_raise(str(content["request_id"]))
         if self.created is not None and request.is_open:
-            self.created(broker, ctx.session, request)  # notifications/tasks/status when it ends
-        return {"task": await self.task(broker, request)}
+            self.created(broker, ctx, request)  # notifications/tasks/status when it ends
+        return {"task": await self.task(broker, request, ctx)}
 
     # --- tasks/* for 2025-11-25 callers -----------------------------------------------------------
 
-    async def task(self, broker: Broker, request: Request) -> dict[str, Any]:
-        """The 2025-11-25 ``Task`` for a request: flat, ``ttl`` and ``pollInterval``."""
+    async def task(self, broker: Broker, request: Request, ctx: AnyContext | None = None) -> dict[str, Any]:
+        """The 2025-11-25 ``Task`` for a request: flat, ``ttl`` and ``pollInterval``. Without ``ctx``
+        (a listing) it only reports: no work after the request is set going."""
         if not is_settled(request):
             undelivered = await broker.undelivered(request.id)
             status, message = (
@@ -117,7 +121,9 @@ class CoreTasks:
         elif request.status == Status.CANCELLED and await self.cancelled_by_task(broker, request):
             status, message = "cancelled", f"cancelled: {request.comment}" if request.comment else "cancelled"
         else:
-            status, message = "completed", request.status.value
+            after = await self.work.after(ctx, broker, request, None, start=ctx is not None)
+            status = after.status
+            message = request.status.value if status == "completed" else after.message or status
         return {
             "taskId": request.id,
             "status": status,
@@ -132,16 +138,13 @@ class CoreTasks:
     async def cancelled_by_task(broker: Broker, request: Request) -> bool:
         return any(row.event == TASK_CANCELLED for row in await broker.audit(request.id))
 
-    async def result(self, broker: Broker, request: Request) -> dict[str, Any]:
+    async def result(self, broker: Broker, request: Request, ctx: AnyContext) -> dict[str, Any]:
         """``tasks/result``: waits until the request settles (or nobody can be reached), then the tool
-        result the blocking call would have returned, marked as this task's."""
+        result the blocking call would have returned (or the work's after it), marked as this task's."""
         while request.is_open and not await broker.undelivered(request.id):
             left = RESULT_WAIT if request.expires_at is None else max(request.expires_at - now(), 0.0) + 1.0
             request = await broker.wait(request.id, min(left, RESULT_WAIT))
-        undelivered = await broker.undelivered(request.id) if request.is_open else None
-        end = request.closed_at if request.closed_at is not None else now()
-        outcome = to_outcome(request, max(end - request.created_at, 0.0), undelivered, self.inbox_url)
-        result = tool_result(outcome, request).model_dump(by_alias=True, mode="json", exclude_none=True)
+        result = dict(await self.work.finish(ctx, broker, request))
         result.pop("resultType", None)  # a 2026-07-28 field
         result["_meta"] = {RELATED_TASK: {"taskId": request.id}}
         return result

@@ -43,13 +43,15 @@ from hitl_mcp.core.models import Request, Status, now
 from hitl_mcp.mcp.call_context import AnyContext, client_name, is_modern, principal_of
 from hitl_mcp.mcp.host_forms import HostForms
 from hitl_mcp.mcp.tasks import status
-from hitl_mcp.mcp.tasks.core import CORE_VERSION, CoreTasks
+from hitl_mcp.mcp.tasks.core import CORE_VERSION, RELATED_TASK, CoreTasks
+from hitl_mcp.mcp.tasks.declared import MISSING_CAPABILITY, declares_tasks, missing_capability
 from hitl_mcp.mcp.tasks.fast import FastPolls
 from hitl_mcp.mcp.tasks.inputs import TaskForms
 from hitl_mcp.mcp.tasks.memory import TaskMemory
 from hitl_mcp.mcp.tasks.pace import Pace
 from hitl_mcp.mcp.tasks.push import TaskPush
 from hitl_mcp.mcp.tasks.wire import EXTENSION, TaskIdParams, UpdateTaskParams
+from hitl_mcp.mcp.tasks.work import RequestWork, TaskWork
 
 __all__ = ["MISSING_CAPABILITY", "TASK_TOOLS", "TasksExtension", "answering_as_task", "declares_tasks"]
 
@@ -62,7 +64,6 @@ log = logging.getLogger("hitl_mcp.mcp.tasks")
 #: the tools whose call may become a task: those that wait for a person
 TASK_TOOLS = frozenset({"ask_user", "request_approval", "wait_for_response"})
 #: "Missing Required Client Capability", as the extension's specification and mcp 2.3.0 have it
-MISSING_CAPABILITY = -32021
 
 _as_task: contextvars.ContextVar[bool] = contextvars.ContextVar("hitl_mcp_as_task", default=False)
 
@@ -82,25 +83,6 @@ def as_task() -> Iterator[None]:
         _as_task.reset(token)
 
 
-def declares_tasks(ctx: AnyContext) -> bool:
-    """Whether this very request declares the extension (2026-07-28 carries capabilities per request;
-    a client drops the extension for calls it will not run as tasks)."""
-    if not is_modern(ctx):
-        return False
-    caps = ctx.session.client_capabilities
-    return caps is not None and caps.extensions is not None and EXTENSION in caps.extensions
-
-
-def missing_capability() -> MCPError:
-    """-32021, for a 2026-07-28 request about tasks that does not declare the extension."""
-    return MCPError(
-        code=MISSING_CAPABILITY,
-        message="Missing required client capability: declare the io.modelcontextprotocol/tasks "
-        "extension in this request's capabilities",
-        data={"requiredCapabilities": {"extensions": {EXTENSION: {}}}},
-    )
-
-
 class TasksExtension(Extension):
     identifier = EXTENSION
 
@@ -112,21 +94,32 @@ class TasksExtension(Extension):
         agent: str | None,
         inbox_url: str | None,
         poll_ms: int,
+        work: TaskWork | None = None,
     ) -> None:
         self.get_broker = get_broker
         self.forms = TaskForms(forms)
         self.agent = agent
         self.inbox_url = inbox_url
+        self.work: TaskWork = work or RequestWork(TASK_TOOLS, inbox_url)
+        """What a task is the view of (``work.py``): the request, or (the proxy) the call after it."""
         self.pace = Pace(poll_ms, self._count_pending)
-        """``pollIntervalMs``: by the task's age and the load (``pace.py``)."""
+        """``pollIntervalMs``: by the task's age and the load (``pace.py``), whatever the work."""
         self.memory = TaskMemory()
-        """The tasks known to be working: a poll of one reads no row (``memory.py``, ``fast.py``)."""
+        """The tasks known to be working: a poll of one reads no row (``memory.py``, ``fast.py``). It
+        holds only requests still pending, which no work has begun after: right for any ``TaskWork``."""
         self.listened: Counter[str] = Counter()
         """The task ids an open ``subscriptions/listen`` stream of this process follows (``push.py``)."""
         self.push = TaskPush(self)
-        """Tasks pushed to clients that listen (``push.py``): a middleware."""
+        """Tasks pushed to clients that listen (``push.py``): a middleware. It follows the request
+        only, so it serves tasks whose work is the request (``RequestWork``); the proxy's tasks, whose
+        upstream call runs after the request settles and is no store change, are not pushed."""
+        self.pushes = isinstance(self.work, RequestWork)
         self.core = CoreTasks(
-            get_broker, TASK_TOOLS, as_task, pace=self.pace, inbox_url=inbox_url, created=self.push.follow
+            get_broker,
+            self.work,
+            as_task,
+            pace=self.pace,
+            created=self.push.follow if self.pushes else None,
         )
         """The 2025-11-25 design: its middleware, and its side of the shared ``tasks/*`` methods."""
 
@@ -158,7 +151,7 @@ class TasksExtension(Extension):
     async def intercept_tool_call(
         self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
-        if params.name not in TASK_TOOLS or not declares_tasks(ctx):
+        if not self.work.runs_as_task(params.name) or not declares_tasks(ctx):
             return await call_next(ctx)
         with as_task():
             done = await call_next(ctx)
@@ -193,6 +186,9 @@ class TasksExtension(Extension):
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict[str, Any]:
         task_id = params.task_id
+        direct = None if is_modern(ctx) else self.work.direct(ctx, task_id)
+        if direct is not None:
+            return direct.task(self.pace.interval(0.0))  # runs at once: no person's wait
         if is_modern(ctx) and declares_tasks(ctx):
             clock = now()
             known = self.memory.working(task_id, principal_of(ctx, self.agent).owner, clock)
@@ -207,11 +203,15 @@ class TasksExtension(Extension):
         try:
             broker, request = await self._mine(ctx, task_id)
             if not is_modern(ctx):
-                return await self.core.task(broker, request)
+                return await self.core.task(broker, request, ctx)
             if self.pace.stale(time.monotonic()):
                 await self.pace.recount(time.monotonic())
             task = await self.detailed(ctx, broker, request)
-            if task["status"] == "working" and HostForms.channel_of(broker, request) is None:
+            if (
+                task["status"] == "working"
+                and request.status == Status.PENDING  # not the work after an answer (the proxy's call)
+                and HostForms.channel_of(broker, request) is None
+            ):
                 working = request  # nothing of the host's to offer, ever: known as working from now
             return task
         finally:
@@ -224,38 +224,61 @@ class TasksExtension(Extension):
         if request.is_open:
             undelivered = await broker.undelivered(request.id)
             if undelivered:  # nobody has it: the blocking call would say so and stop waiting, too
-                return status.settled_status(
-                    request, interval, cancelled_by_task=False, undelivered=undelivered
-                )
+                done = await self.work.after(ctx, broker, request, undelivered)
+                return status.settled_status(request, interval, cancelled_by_task=False, result=done.result)
             inputs = await self.forms.requests(ctx, broker, request)
             if inputs is not None:
                 return status.input_required(request, interval, inputs)
             return status.working(request, interval)
-        by_task = request.status == Status.CANCELLED and await self.core.cancelled_by_task(broker, request)
-        return status.settled_status(request, interval, cancelled_by_task=by_task, inbox_url=self.inbox_url)
+        if request.status == Status.CANCELLED and await self.core.cancelled_by_task(broker, request):
+            return status.settled_status(request, interval, cancelled_by_task=True)
+        after = await self.work.after(ctx, broker, request, None)
+        if after.status == "cancelled":
+            return status.cancelled(request, interval, after.message)
+        if after.status == "input_required":
+            assert after.input_requests is not None
+            return status.input_required(request, interval, after.input_requests, after.message)
+        if after.status == "working":
+            return status.working(request, interval, after.message)
+        return status.settled_status(request, interval, cancelled_by_task=False, result=after.result)
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
         broker, request = await self._mine(ctx, params.task_id)
         try:  # settled meanwhile by another channel: the form's answer is still recorded, as losing
-            await self.forms.answer(ctx, broker, request, params.input_responses)
+            if not await self.work.answer(ctx, broker, request, params.input_responses):
+                await self.forms.answer(ctx, broker, request, params.input_responses)
         except ValueError as exc:
             raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
         return {}
 
     async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict[str, Any]:
+        direct = None if is_modern(ctx) else self.work.direct(ctx, params.task_id)
+        if direct is not None:
+            await direct.cancel()
+            return direct.task(self.pace.interval(0.0))
         broker, request = await self._mine(ctx, params.task_id)
         if request.is_open:
+            if not is_modern(ctx):  # the answer tells this session: push.py need not
+                self.push.unheard(request.id, ctx, "cancelled")
             actor = client_name(ctx) or "agent"
             await broker.record(request.id, status.TASK_CANCELLED, actor, {})
             request = await broker.cancel(request.id, "the agent's host cancelled the task", actor)
-        return {} if is_modern(ctx) else await self.core.task(broker, request)
+        else:
+            await self.work.stop(ctx, broker, request)
+        return {} if is_modern(ctx) else await self.core.task(broker, request, ctx)
 
     async def _result(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict[str, Any]:
+        direct = self.work.direct(ctx, params.task_id)
+        if direct is not None:
+            result = await direct.result(ctx)
+            return {**result, "_meta": {RELATED_TASK: {"taskId": params.task_id}}}
         broker, request = await self._mine(ctx, params.task_id)
-        result = await self.core.result(broker, request)
+        result = await self.core.result(broker, request, ctx)
         # the status changed while this waited: say so (2025-11-25's notifications/tasks/status), on
         # this request's stream, ahead of the result
-        task = await self.core.task(broker, await broker.get_or_raise(request.id))
+        task = await self.core.task(broker, await broker.get_or_raise(request.id), ctx)
+        if not self.push.unheard(request.id, ctx, task["status"]):
+            return result  # push.py told this session already
         notification = TaskStatusNotification(params=TaskStatusNotificationParams.model_validate(task))
         # not in mcp 2.3.0's notification union (types only), hence the cast; sent as any other
         await ctx.session.send_notification(cast(Any, notification), related_request_id=ctx.request_id)

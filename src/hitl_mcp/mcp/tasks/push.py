@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -33,13 +34,27 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 
 from hitl_mcp.core.errors import NotFound
 from hitl_mcp.core.models import Kind, Request
-from hitl_mcp.mcp.call_context import is_modern, principal_of
+from hitl_mcp.mcp.call_context import AnyContext, is_modern, principal_of
+from hitl_mcp.mcp.tasks.declared import declares_tasks, missing_capability
 
 __all__ = ["MAX_TASK_IDS", "TaskPush"]
 
 if TYPE_CHECKING:
     from hitl_mcp.broker import Broker
-    from hitl_mcp.mcp.tasks.extension import TasksExtension
+    from hitl_mcp.mcp.tasks.core import CoreTasks
+
+
+class PushedTasks(Protocol):
+    """What pushing needs of the tasks extension (``extension.TasksExtension``)."""
+
+    get_broker: Callable[[], Awaitable[Broker]]
+    agent: str | None
+    listened: Counter[str]
+    pushes: bool
+    core: CoreTasks
+
+    async def detailed(self, ctx: AnyContext, broker: Broker, request: Request) -> dict[str, Any]: ...
+
 
 log = logging.getLogger("hitl_mcp.mcp.tasks")
 
@@ -50,8 +65,16 @@ ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
 TASK_NOTIFICATION = "notifications/tasks"
 CORE_NOTIFICATION = "notifications/tasks/status"
 TERMINAL = frozenset({"completed", "cancelled", "failed"})
+#: how many (task, session) statuses told are remembered (a tasks/result does not tell one again)
+TOLD_KEPT = 10_000
 #: the other kinds a listen may ask for, honoured as mcp's own handler honours them (never sent here)
 FLAGS = ("toolsListChanged", "promptsListChanged", "resourcesListChanged")
+
+
+def client_key(ctx: AnyContext) -> int:
+    """Who a 2025-11-25 call came from: its connection (mcp 2.3.0 makes a ``ServerSession`` per
+    request, over a connection it does not expose: hence the private attribute, or the session)."""
+    return id(getattr(ctx.session, "_connection", ctx.session))
 
 
 class Wire:
@@ -65,11 +88,14 @@ class Wire:
 
 
 class TaskPush:
-    def __init__(self, tasks: TasksExtension) -> None:
+    def __init__(self, tasks: PushedTasks) -> None:
         self.tasks = tasks
-        self._followed: dict[str, list[tuple[Any, str]]] = {}
-        """2025-11-25: task id -> the sessions to tell (and the status they were last told); an entry
-        goes once its task ends (every request ends: answered, cancelled, or at its expiry)."""
+        self._followed: dict[str, list[AnyContext]] = {}
+        """2025-11-25: task id -> the calls that created it (their sessions are told); an entry goes
+        once its task ends (every request ends: answered, cancelled, or at its expiry)."""
+        self._told: OrderedDict[tuple[str, int], str] = OrderedDict()
+        """(task id, session) -> the status it was told last, by this or by ``tasks/result`` (each is
+        told once), the latest ``TOLD_KEPT``."""
         self._unlisten: Callable[[], None] | None = None
         self._sending: set[asyncio.Task[None]] = set()
 
@@ -83,10 +109,8 @@ class TaskPush:
             notifications = params.get("notifications")
             if isinstance(notifications, Mapping):
                 wanted = notifications.get("taskIds")
-        if wanted is None:
+        if wanted is None or not self.tasks.pushes:  # the proxy's tasks are not pushed (extension.py)
             return await call_next(ctx)
-        from hitl_mcp.mcp.tasks.extension import declares_tasks, missing_capability
-
         if not declares_tasks(ctx):
             raise missing_capability()
         if not isinstance(wanted, list) or not all(isinstance(i, str) for i in wanted):
@@ -174,13 +198,27 @@ class TaskPush:
 
     # --- 2025-11-25: notifications/tasks/status on the session ------------------------------------
 
-    def follow(self, broker: Broker, session: Any, request: Request) -> None:
-        """Tell ``session`` when the task of ``request`` (created on it) ends."""
+    def follow(self, broker: Broker, ctx: AnyContext, request: Request) -> None:
+        """Tell the client of ``ctx`` (on its session) when the task of ``request``, created by that
+        call, ends."""
         if request.kind == Kind.NOTIFICATION:
             return
         if self._unlisten is None:
             self._unlisten = broker.listen(self._heard)
-        self._followed.setdefault(request.id, []).append((session, "working"))
+        self._followed.setdefault(request.id, []).append(ctx)
+        self.unheard(request.id, ctx, "working")  # the tools/call's answer says so
+
+    def unheard(self, task_id: str, ctx: AnyContext, status: str) -> bool:
+        """Whether the client of ``ctx`` is yet to be told ``status`` of the task; from now it counts
+        as told (send it before any await, so that nobody else sends it too)."""
+        key = (task_id, client_key(ctx))
+        if self._told.get(key) == status:
+            return False
+        self._told[key] = status
+        self._told.move_to_end(key)
+        while len(self._told) > TOLD_KEPT:
+            self._told.popitem(last=False)
+        return True
 
     def _heard(self, request_id: str, event: str) -> None:
         if request_id in self._followed:
@@ -200,18 +238,11 @@ class TaskPush:
         except Exception as exc:  # a store that failed: the client still polls
             log.debug("hitl-mcp: no push for task %s: %s", request_id, exc)
             return
-        kept = []
-        for session, told in self._followed.get(request_id, []):
-            if task["status"] != told:
+        for ctx in list(self._followed.get(request_id, [])):
+            if self.unheard(request_id, ctx, task["status"]):
                 try:
-                    await session.send_notification(cast(Any, Wire(CORE_NOTIFICATION, task)))
-                except Exception as exc:  # the session is gone: forget it
+                    await ctx.session.send_notification(cast(Any, Wire(CORE_NOTIFICATION, task)))
+                except Exception as exc:  # the session is gone: no more to tell it
                     log.debug("hitl-mcp: no push for task %s: %s", request_id, exc)
-                    continue
-                told = task["status"]
-            if told not in TERMINAL:
-                kept.append((session, told))
-        if kept:
-            self._followed[request_id] = kept
-        else:
+        if task["status"] in TERMINAL:
             self._followed.pop(request_id, None)

@@ -27,6 +27,7 @@ from hitl_mcp.mcp.tool_results import tool_result
 
 __all__ = [
     "TASK_CANCELLED",
+    "cancelled",
     "created",
     "input_required",
     "is_settled",
@@ -103,25 +104,35 @@ def settled_status(
     cancelled_by_task: bool,
     undelivered: list[dict[str, str]] | None = None,
     inbox_url: str | None = None,
+    result: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A request that needs nothing more from the host: done (or, undelivered, given up on)."""
+    """A request that needs nothing more from the host: done (or, undelivered, given up on).
+    ``result``: the task's result when it is not the request's outcome (``work.py``)."""
     if request.status == Status.CANCELLED and cancelled_by_task:
-        return wire(GetTaskResult(**_base(request, "cancelled", _settled_message(request), poll_ms)))
-    end = request.closed_at if request.closed_at is not None else now()
-    outcome = to_outcome(request, max(end - request.created_at, 0.0), undelivered, inbox_url)
+        return cancelled(request, poll_ms)
+    if result is None:
+        end = request.closed_at if request.closed_at is not None else now()
+        outcome = to_outcome(request, max(end - request.created_at, 0.0), undelivered, inbox_url)
+        result = tool_result(outcome, request).model_dump(by_alias=True, mode="json", exclude_none=True)
     message = "nobody was reached" if request.is_open else _settled_message(request)
-    result = tool_result(outcome, request).model_dump(by_alias=True, mode="json", exclude_none=True)
-    result["resultType"] = "complete"  # ext-tasks reads the nested result as a 2026-07-28 CallToolResult
+    result = {**result, "resultType": "complete"}  # ext-tasks reads it as a 2026-07-28 CallToolResult
     return wire(GetTaskResult(**_base(request, "completed", message, poll_ms), result=result))
 
 
-def working(request: Request, poll_ms: int) -> dict[str, Any]:
-    return wire(GetTaskResult(**_base(request, "working", waiting_message(request), poll_ms)))
+def cancelled(request: Request, poll_ms: int, message: str | None = None) -> dict[str, Any]:
+    """Cancelled by the host's ``tasks/cancel``."""
+    return wire(GetTaskResult(**_base(request, "cancelled", message or _settled_message(request), poll_ms)))
 
 
-def input_required(request: Request, poll_ms: int, input_requests: dict[str, Any]) -> dict[str, Any]:
+def working(request: Request, poll_ms: int, message: str | None = None) -> dict[str, Any]:
+    return wire(GetTaskResult(**_base(request, "working", message or waiting_message(request), poll_ms)))
+
+
+def input_required(
+    request: Request, poll_ms: int, input_requests: dict[str, Any], message: str | None = None
+) -> dict[str, Any]:
     status = GetTaskResult(
-        **_base(request, "input_required", waiting_message(request, here=True), poll_ms),
+        **_base(request, "input_required", message or waiting_message(request, here=True), poll_ms),
         input_requests=input_requests,
     )
     return wire(status)
