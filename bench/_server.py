@@ -34,8 +34,11 @@ def mcp_transport(url: str, token: str = TOKEN, **http: Any) -> Any:
 @asynccontextmanager
 async def _transport(url: str, token: str, http: dict[str, Any]) -> AsyncIterator[Any]:
     from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
     headers = {"Authorization": f"Bearer {token}"}
+    # the SDK's own timeouts (httpx2's default, 5 s, ends a held call's quiet SSE stream)
+    http.setdefault("timeout", httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT))
     async with httpx2.AsyncClient(headers=headers, follow_redirects=True, **http) as client:
         async with streamable_http_client(url, http_client=client) as streams:
             yield streams
