@@ -62,7 +62,9 @@ async def hold(client: Client, call: Call) -> None:
 
 
 async def session(url: str, http: httpx2.AsyncClient, index: int, calls: list[Call]) -> None:
-    async with Client(mcp_transport(url), mode="legacy", client_info=CLIENT_INFO) as client:
+    # each held call is a connection of its own: no pool limit (httpx2's is 100)
+    unlimited = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
+    async with Client(mcp_transport(url, limits=unlimited), mode="legacy", client_info=CLIENT_INFO) as client:
         # Warm-up (setup): one ask answered at once, so the SDK's lazy tools/list and output-schema
         # validator, and the server's first reply, are not charged to the first measured sample.
         first = await client.call_tool("ask_user", {"question": f"bench warm-up {index}", "wait_seconds": 0})
