@@ -1,7 +1,8 @@
 # Two commands set everything up on a fresh machine with python3:
 #   make run    the server on its embedded default (SQLite + web inbox), over HTTP on 127.0.0.1:8765;
 #               it installs only what the server needs (.[all]: the server and every channel's extra)
-#   make test   the docs build (mkdocs --strict), lint and the whole test suite; it adds the test extras
+#   make test   the docs build (mkdocs --strict), lint, the whole test suite and the benches' smoke run;
+#               it adds the test extras
 #   make test-fast   the in-process core only (no subprocess, browser, PostgreSQL, replicas, Node): the inner loop
 # make run PORT=9000 (or HITL_PORT=9000 make run) serves on another port.
 VENV ?= .venv
@@ -21,7 +22,7 @@ PORT ?=
 # mkdocs-material's banner about its end of life and mkdocs 2: the build does not change with it
 export NO_MKDOCS_2_WARNING = 1
 
-.PHONY: run test test-fast lint docs bench dist dist-check mcpb clean screenshots
+.PHONY: run test test-fast lint docs bench bench-smoke dist dist-check mcpb clean screenshots
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -73,12 +74,17 @@ FAST := not process and not browser and not postgres and not replicas and not no
 test: lint $(TS_DEPS)
 	$(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup
+	$(PY) bench/_smoke.py
 
 test-fast: $(TEST_STAMP)
 	$(PY) -m pytest -q -m "$(FAST)" -n $(FAST_JOBS)
 
 bench: $(RUN_STAMP)
 	@for script in bench/[a-z]*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
+
+# every bench at a tiny size (bench/_smoke.py), two at a time, in under a minute: they keep running
+bench-smoke: $(RUN_STAMP)
+	$(PY) bench/_smoke.py
 
 # the wheel and the sdist, into dist/
 dist: $(DIST_STAMP)

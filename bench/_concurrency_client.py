@@ -149,7 +149,12 @@ class Worker:
                     started = time.monotonic()
                     stage = "connecting (initialize)"
                     http = await stack.enter_async_context(
-                        httpx2.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
+                        httpx2.AsyncClient(
+                            limits=limits,
+                            timeout=timeout,
+                            trust_env=False,
+                            headers={"Authorization": f"Bearer {self.token}"},
+                        )
                     )
                     transport = streamable_http_client(self.url, http_client=http)
                     client = await stack.enter_async_context(

@@ -29,14 +29,12 @@ import anyio
 import httpx2
 import mcp.types
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from _server import HOST, ROOT, TOKEN, Server, server, wait_delivered
+from _server import HOST, ROOT, TOKEN, Server, mcp_transport, server, wait_delivered
 
 if str(ROOT) not in sys.path:  # the stand-ins live in the clone's tests/support
     sys.path.append(str(ROOT))
@@ -230,14 +228,10 @@ async def phone_bench() -> AsyncIterator[Bench]:
                     await subscribe(push, Path(tmp) / "state", port)
                     base = f"http://127.0.0.1:{port}"
                     headers = {"Authorization": f"Bearer {TOKEN}"}
+                    transport = mcp_transport(f"{base}/mcp")
                     async with (
                         httpx2.AsyncClient(base_url=base, headers=headers, timeout=60) as http,
-                        create_mcp_http_client(headers=headers) as agent_http,
-                        Client(
-                            streamable_http_client(f"{base}/mcp", http_client=agent_http),
-                            mode="legacy",
-                            client_info=CLIENT_INFO,
-                        ) as client,
+                        Client(transport, mode="legacy", client_info=CLIENT_INFO) as client,
                     ):
                         yield Bench(srv, port, telegram, ntfy, hook, push, http, client)
             finally:

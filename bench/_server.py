@@ -24,6 +24,26 @@ SETUP_POLL_SECONDS = 0.25
 SETUP_CHECKS_AT_ONCE = 50
 
 
+def mcp_transport(url: str, token: str = TOKEN, **http: Any) -> Any:
+    """A streamable HTTP transport to ``url`` (``/mcp``) presenting ``token``: MCP over HTTP needs a
+    credential, loopback included. ``http``: more arguments for the httpx2 client (limits,
+    timeout). Pass it to ``Client`` where a URL would go."""
+    return _transport(url, token, http)
+
+
+@asynccontextmanager
+async def _transport(url: str, token: str, http: dict[str, Any]) -> AsyncIterator[Any]:
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+
+    headers = {"Authorization": f"Bearer {token}"}
+    # the SDK's own timeouts (httpx2's default, 5 s, ends a held call's quiet SSE stream)
+    http.setdefault("timeout", httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT))
+    async with httpx2.AsyncClient(headers=headers, follow_redirects=True, **http) as client:
+        async with streamable_http_client(url, http_client=client) as streams:
+            yield streams
+
+
 async def lines(stream: anyio.abc.ByteReceiveStream) -> AsyncIterator[str]:
     """The stream's lines, decoded, until it ends."""
     buffer = b""
@@ -67,7 +87,11 @@ async def server(workdir: Path, grace: float = 10, channels: str = "") -> AsyncI
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("HITL_")}
     env.update(HITL_STATE_DIR=str(workdir / "state"), HITL_WEB_TOKEN=TOKEN, PYTHONUNBUFFERED="1")
-    command = [sys.executable, "-m", "hitl_mcp", "serve", "--transport", "http", "--config", str(config)]
+    # $HITL_BENCH_PRELUDE: a script that runs the server its own way (a profiler, tracemalloc), given
+    # the CLI's arguments; otherwise python -m hitl_mcp
+    prelude = os.environ.get("HITL_BENCH_PRELUDE")
+    start = [sys.executable, prelude] if prelude else [sys.executable, "-m", "hitl_mcp"]
+    command = [*start, "serve", "--transport", "http", "--config", str(config)]
     process = await anyio.open_process(command, env=env, stdin=-1, stdout=-1, stderr=-1, cwd=str(ROOT))
     srv = Server(process)
     try:

@@ -43,9 +43,12 @@ import httpx2
 from anyio.streams.buffered import BufferedByteStream
 
 from _concurrency_client import describe, emit, raise_nofile
+from _server import TOKEN
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 VERSION = "2026-07-28"
+#: task ids per subscriptions/listen stream (the server follows at most 1,000 a stream)
+LISTEN_CHUNK = 1000
 
 
 def task_meta(client_name: str) -> dict[str, Any]:
@@ -60,6 +63,7 @@ def task_meta(client_name: str) -> dict[str, Any]:
 def headers(method: str, name: str) -> dict[str, str]:
     return {
         "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {TOKEN}",
         "MCP-Protocol-Version": VERSION,
         "Mcp-Method": method,
         "Mcp-Name": name,
@@ -135,15 +139,30 @@ class Poller:
     polls: int = 0
     errors: int = 0
     times_ms: list[float] = field(default_factory=list)
-    completed: list[tuple[str, float]] = field(default_factory=list)
+    completed: list[tuple[str, float, int, str]] = field(default_factory=list)
+    """(task id, when it was seen completed, the interval the task was last told, by poll or push)."""
     next_id: int = 0
     poll_ms: int = 0
     """When not 0: the interval to keep instead of the server's (a server that said this)."""
+    told: dict[str, int] = field(default_factory=dict)
+    """The pollIntervalMs each task still working was last told."""
+    done: set[str] = field(default_factory=set)
+    listening: int = 0
+
+    def complete(self, task_id: str, task: dict[str, Any], seen: float, via: str) -> None:
+        if task_id in self.done:
+            return
+        self.done.add(task_id)
+        data = task.get("result", {}).get("structuredContent") or {}
+        if data.get("status") == "answered":
+            self.completed.append((task_id, seen, self.told.pop(task_id, 0), via))
+        else:
+            emit("error", task=task_id, error=f"completed without an answer: {data}")
 
     async def drive(self, task_id: str, first_in: float) -> None:
         await anyio.sleep(first_in)
         meta = task_meta(self.client_name)
-        while True:
+        while task_id not in self.done:
             self.next_id += 1
             t0 = time.perf_counter()
             try:
@@ -157,16 +176,48 @@ class Poller:
             self.polls += 1
             self.times_ms.append((time.perf_counter() - t0) * 1000)
             if task["status"] == "completed":
-                data = task.get("result", {}).get("structuredContent") or {}
-                if data.get("status") == "answered":
-                    self.completed.append((task_id, seen))
-                else:
-                    emit("error", task=task_id, error=f"completed without an answer: {data}")
+                self.complete(task_id, task, seen, "poll")
                 return
             if task["status"] != "working":
                 emit("error", task=task_id, error=f"task {task['status']}: {task.get('statusMessage')}")
                 return
+            self.told[task_id] = task["pollIntervalMs"]
             await anyio.sleep((self.poll_ms or task["pollIntervalMs"]) / 1000)
+
+    async def listen(self, task_ids: list[str], ready: anyio.Event) -> None:
+        """One ``subscriptions/listen`` stream for these tasks (httpx2: one long response), taking
+        each pushed ``notifications/tasks`` that says completed."""
+        params = {"notifications": {"taskIds": task_ids}, "_meta": task_meta(self.client_name)}
+        body = {
+            "jsonrpc": "2.0",
+            "id": f"listen-{task_ids[0]}",
+            "method": "subscriptions/listen",
+            "params": params,
+        }
+        extra = headers("subscriptions/listen", "")
+        del extra["Mcp-Name"]
+        timeout = httpx2.Timeout(30.0, read=None)
+        try:
+            async with (
+                httpx2.AsyncClient(timeout=timeout, trust_env=False) as http,
+                http.stream("POST", self.url, json=body, headers=extra) as response,
+            ):
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    message = json.loads(line[5:])
+                    if message.get("method") == "notifications/subscriptions/acknowledged":
+                        self.listening += len(message["params"]["notifications"].get("taskIds", []))
+                        ready.set()
+                    elif message.get("method") == "notifications/tasks":
+                        task = message["params"]
+                        if task["status"] == "completed":
+                            self.complete(task["taskId"], task, time.time(), "push")
+        except Exception as exc:
+            self.errors += 1
+            emit("error", task=task_ids[0], error=f"listen: {describe(exc)}")
+        finally:
+            ready.set()
 
     async def commands(self, tg: anyio.abc.TaskGroup, interval: float) -> None:
         stdin = anyio.wrap_file(sys.stdin)
@@ -175,8 +226,23 @@ class Poller:
             if command["cmd"] == "poll":
                 for task_id in command["ids"]:
                     tg.start_soon(self.drive, task_id, random.uniform(0, interval))
+            elif command["cmd"] == "listen":
+                ids = command["ids"]
+                for start in range(0, len(ids), LISTEN_CHUNK):
+                    ready = anyio.Event()
+                    tg.start_soon(self.listen, ids[start : start + LISTEN_CHUNK], ready)
+                    await ready.wait()
+                emit("listening", tasks=self.listening)
             elif command["cmd"] == "mark":
-                emit("mark", polls=self.polls, errors=self.errors, times_ms=self.times_ms, at=time.time())
+                wanted = sum(1000 / ms for ms in self.told.values() if ms)
+                emit(
+                    "mark",
+                    polls=self.polls,
+                    errors=self.errors,
+                    times_ms=self.times_ms,
+                    at=time.time(),
+                    wanted=wanted,
+                )
                 self.times_ms = []
             elif command["cmd"] == "report":
                 emit("report", completed=self.completed, polls=self.polls, errors=self.errors)

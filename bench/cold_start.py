@@ -41,7 +41,8 @@ TOOLS_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
 
 
 def reference_command() -> list[str]:
-    found = shutil.which("mcp-server-time")
+    beside = Path(sys.executable).parent / "mcp-server-time"  # the test extras install it (pinned)
+    found = str(beside) if beside.exists() else shutil.which("mcp-server-time")
     if found:
         return [found]
     exe = BENCH_VENV / "bin" / "mcp-server-time"

@@ -6,7 +6,7 @@ POST to the moment the client receives that call's result. A fresh server subpro
 Setup, not measured: one warm-up ask per session, then waiting until all N are listed as pending
 and the outbox has finished their deliveries (a burst of N asks leaves it N deliveries behind).
 
-    .venv/bin/python bench/reply_latency.py [--pending 1 100 1000] [--samples K]
+    .venv/bin/python bench/reply_latency.py [--pending 1 100 1000 10000] [--samples K]
 
 Prints a table (milliseconds; percentiles by nearest rank), then one JSON line, last on stdout.
 """
@@ -32,7 +32,7 @@ import httpx2
 import mcp.types
 from mcp import Client
 
-from _server import HOST, READY, TOKEN, server, wait_delivered
+from _server import HOST, READY, TOKEN, mcp_transport, server, wait_delivered
 
 CLIENT_INFO = mcp.types.Implementation(name=HOST, version="1")
 WAIT_SECONDS = 3000  # below the host budget below, so no call returns "pending" during a run
@@ -62,7 +62,9 @@ async def hold(client: Client, call: Call) -> None:
 
 
 async def session(url: str, http: httpx2.AsyncClient, index: int, calls: list[Call]) -> None:
-    async with Client(url, mode="legacy", client_info=CLIENT_INFO) as client:
+    # each held call is a connection of its own: no pool limit (httpx2's is 100)
+    unlimited = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
+    async with Client(mcp_transport(url, limits=unlimited), mode="legacy", client_info=CLIENT_INFO) as client:
         # Warm-up (setup): one ask answered at once, so the SDK's lazy tools/list and output-schema
         # validator, and the server's first reply, are not charged to the first measured sample.
         first = await client.call_tool("ask_user", {"question": f"bench warm-up {index}", "wait_seconds": 0})
@@ -142,11 +144,17 @@ async def wait_pending(http: httpx2.AsyncClient, questions: set[str]) -> dict[st
     oldest first."""
     with anyio.fail_after(60 + len(questions) * 0.2):
         while True:
-            response = await http.get("/api/requests", params={"status": "pending", "limit": 1000})
-            response.raise_for_status()
-            ids = {
-                r["text"]: r["id"] for r in reversed(response.json()["requests"]) if r["text"] in questions
-            }
+            listed: list[dict[str, Any]] = []
+            params: dict[str, Any] = {"status": "pending", "limit": 1000}
+            while True:  # newest first, a page of 1,000 at a time
+                response = await http.get("/api/requests", params=params)
+                response.raise_for_status()
+                page = response.json()
+                listed.extend(page["requests"])
+                if page.get("next") is None:
+                    break
+                params["before"] = page["next"]
+            ids = {r["text"]: r["id"] for r in reversed(listed) if r["text"] in questions}
             if len(ids) == len(questions):
                 return ids
             await anyio.sleep(POLL_SECONDS)
@@ -171,6 +179,6 @@ if __name__ == "__main__":
     parser.add_argument("--pending", type=int, nargs="+", default=[1, 100, 1000], metavar="N")
     parser.add_argument("--samples", type=int, default=None, metavar="K", help="default: min(N, 200)")
     args = parser.parse_args()
-    if not all(1 <= n <= 1000 for n in args.pending) or (args.samples is not None and args.samples < 1):
-        parser.error("--pending takes 1 to 1000 (what the API lists at once); --samples at least 1")
+    if not all(1 <= n <= 10_000 for n in args.pending) or (args.samples is not None and args.samples < 1):
+        parser.error("--pending takes 1 to 10000 (the issue's figure); --samples at least 1")
     anyio.run(main, args.pending, args.samples)

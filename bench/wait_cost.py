@@ -66,6 +66,11 @@ POLLER = Path(__file__).resolve().parent / "_task_poller.py"
 GOAL_TASK_RSS_MB = 256.0
 GOAL_TASK_CPU_PCT = 5.0
 GOAL_HELD_RSS_MB = concurrency.GOAL_RSS_MB
+#: a client that polls sees the answer within the interval it was last told, and this
+GOAL_BEYOND_TOLD_MS = 1000.0
+#: a client that listens hears it within this (p99)
+GOAL_PUSH_P99_MS = 100.0
+WAITING_AS = {"held": "held calls", "tasks": "tasks, polled", "listen": "tasks, listened to (and polled)"}
 SAMPLE_SECONDS = 1.0
 
 
@@ -124,11 +129,16 @@ class PollerProcess(Worker):
         super().__init__(index, process)
         self.marked = anyio.Event()
         self.mark: dict[str, Any] = {}
+        self.listening = anyio.Event()
+        self.listened = 0
 
     def handle(self, message: dict[str, Any]) -> None:
         if message["event"] == "mark":
             self.mark = message
             self.marked.set()
+        elif message["event"] == "listening":
+            self.listened = int(message["tasks"])
+            self.listening.set()
         else:
             super().handle(message)
 
@@ -191,9 +201,13 @@ async def create_tasks(mcp: httpx2.AsyncClient, url: str, count: int, in_flight:
     return ids
 
 
-async def tasks(args: argparse.Namespace) -> dict[str, Any]:
+async def tasks(args: argparse.Namespace, listen: bool = False) -> dict[str, Any]:
     n = args.requests
-    figures: dict[str, Any] = {"mode": "tasks", "requests": n, "load_start": load_avg()}
+    figures: dict[str, Any] = {
+        "mode": "listen" if listen else "tasks",
+        "requests": n,
+        "load_start": load_avg(),
+    }
     with tempfile.TemporaryDirectory(prefix="hitl-bench-") as tmp:
         async with server(Path(tmp)) as (srv, port), anyio.create_task_group() as bg:
             memory = Memory(srv.process.pid)
@@ -233,6 +247,14 @@ async def tasks(args: argparse.Namespace) -> dict[str, Any]:
                 async with pollers(url, args.pollers, args.connections, interval, args.poll_ms) as pool:
                     shuffled = [task_id for _, task_id in order]
                     random.shuffle(shuffled)
+                    if listen:  # each poller listens to its share of the tasks before it polls them
+                        for index, poller in enumerate(pool):
+                            await poller.send({"cmd": "listen", "ids": shuffled[index :: len(pool)]})
+                        with anyio.fail_after(60 + n * 0.01):
+                            for poller in pool:
+                                await poller.listening.wait()
+                        figures["listened"] = sum(p.listened for p in pool)
+                        log(f"{figures['listened']} tasks listened to")
                     for index, poller in enumerate(pool):
                         await poller.send({"cmd": "poll", "ids": shuffled[index :: len(pool)]})
                     settle = interval + args.settle
@@ -245,11 +267,12 @@ async def tasks(args: argparse.Namespace) -> dict[str, Any]:
                     figures["window_clients_cpu_s"] = sum(cpu_seconds(p.process.pid) for p in pool) - clients0
                     after = [await p.ask("mark") for p in pool]
                     polls = sum(a["polls"] - b["polls"] for a, b in zip(after, before, strict=True))
+                    told_rate = sum(a["wanted"] for a in after)
                     times = sorted(t for a in after for t in a["times_ms"])
                     figures.update(
                         polls=polls,
                         polls_per_s=polls / figures["window_s"],
-                        wanted_per_s=n / interval,
+                        wanted_per_s=told_rate,
                         cpu_per_poll_ms=figures["window_cpu_s"] * 1000 / max(polls, 1),
                         poll_p50_ms=nearest_rank(times, 50) if times else None,
                         poll_p99_ms=nearest_rank(times, 99) if times else None,
@@ -260,9 +283,22 @@ async def tasks(args: argparse.Namespace) -> dict[str, Any]:
                         f"(wanted {figures['wanted_per_s']:.0f}); replying to all {n}"
                     )
                     cpu_reply = memory.cpu_seconds()
-                    replies = await reply_all(api, order, args.in_flight)
-                    log(f"replies posted in {replies.finished - replies.started:.1f} s; collecting results")
+                    # first a sample one at a time (the latency of one answer), then the rest at once
+                    sample, rest = order[: args.samples], order[args.samples :]
+                    one_by_one = await reply_all(api, sample, 1)
+                    replies = await reply_all(api, rest, args.in_flight)
+                    log(
+                        f"replies posted in {replies.finished - one_by_one.started:.1f} s; collecting results"
+                    )
                     arrived = await completions(pool, n, wait=interval * 3 + 30)
+                    single = latency(one_by_one, arrived, sample)
+                    figures.update(
+                        one_p50_ms=single["p50_ms"], one_p99_ms=single["p99_ms"], one_n=len(sample)
+                    )
+                    replies.sent.update(one_by_one.sent)
+                    replies.ok += one_by_one.ok
+                    replies.failed += one_by_one.failed
+                    replies.started = one_by_one.started
                     figures["cpu_reply_s"] = memory.cpu_seconds() - cpu_reply
                     figures["client_errors"] = sum(len(p.errors) for p in pool)
                     figures["client_error_sample"] = next((p.errors[0] for p in pool if p.errors), None)
@@ -277,13 +313,15 @@ async def tasks(args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
-async def completions(pool: list[PollerProcess], n: int, wait: float) -> dict[str, float]:
-    """Task id -> when a poll saw it completed, asked of the pollers until all are in or ``wait`` s."""
-    arrived: dict[str, float] = {}
+async def completions(pool: list[PollerProcess], n: int, wait: float) -> dict[str, tuple[float, int, str]]:
+    """Task id -> when a client saw it completed, the pollIntervalMs it was last told, and how it
+    learned (poll or push); asked of the pollers until all are in or ``wait`` s."""
+    arrived: dict[str, tuple[float, int, str]] = {}
     with anyio.move_on_after(wait):
         while True:
             for poller in pool:
-                arrived.update((task_id, at) for task_id, at in (await poller.ask("report"))["completed"])
+                report = (await poller.ask("report"))["completed"]
+                arrived.update((task_id, (at, told, via)) for task_id, at, told, via in report)
             if len(arrived) >= n:
                 break
             await anyio.sleep(1)
@@ -291,14 +329,22 @@ async def completions(pool: list[PollerProcess], n: int, wait: float) -> dict[st
 
 
 def latency(
-    replies: concurrency.Replies, arrived: dict[str, float], order: list[tuple[str, str]]
+    replies: concurrency.Replies, arrived: dict[str, tuple[float, int, str]], order: list[tuple[str, str]]
 ) -> dict[str, Any]:
-    delays = sorted(
-        (arrived[task_id] - replies.sent[task_id]) * 1000
-        for _, task_id in order
-        if task_id in arrived and task_id in replies.sent
+    seen = [
+        (task_id, arrived[task_id]) for _, task_id in order if task_id in arrived and task_id in replies.sent
+    ]
+    delays = sorted((at - replies.sent[task_id]) * 1000 for task_id, (at, _, _) in seen)
+    # the goal for a client that polls: within the interval it was last told, and a second
+    beyond = sorted(
+        (at - replies.sent[task_id]) * 1000 - told for task_id, (at, told, via) in seen if via == "poll"
     )
+    told = sorted(t for _, (_, t, via) in seen if via == "poll")
     return {
+        "pushed": sum(1 for _, (_, _, via) in seen if via == "push"),
+        "beyond_told_p99_ms": nearest_rank(beyond, 99) if beyond else None,
+        "beyond_told_max_ms": beyond[-1] if beyond else None,
+        "told_max_ms": told[-1] if told else None,
         "replied": replies.ok,
         "reply_failures": len(replies.failed),
         "reply_seconds": replies.finished - replies.started,
@@ -315,11 +361,11 @@ def latency(
 
 
 def table(f: dict[str, Any]) -> str:
-    tasks_mode = f["mode"] == "tasks"
+    tasks_mode = f["mode"] in ("tasks", "listen")
     goal_rss = GOAL_TASK_RSS_MB if tasks_mode else GOAL_HELD_RSS_MB
     rss_ok = max(f["rss_mb"], f["window_rss_max_mb"]) <= goal_rss
     rows = [
-        ("waiting requests", f"{f['requests']} as {'tasks' if tasks_mode else 'held calls'}"),
+        ("waiting requests", f"{f['requests']} as {WAITING_AS[f['mode']]}"),
         ("server RSS idle", fmt(f["rss_idle_mb"], " MB")),
         (
             "server RSS all waiting",
@@ -351,6 +397,17 @@ def table(f: dict[str, Any]) -> str:
                 f"{fmt(f['cpu_per_poll_ms'], ' ms', 3)} server CPU each, {f['poll_errors']} errors",
             ),
             ("poll response p50/p99", f"{fmt(f['poll_p50_ms'], ' ms')} / {fmt(f['poll_p99_ms'], ' ms')}"),
+            (
+                "one answer at a time",
+                f"{f['one_n']} replies: p50 {fmt(f['one_p50_ms'], ' ms')}, p99 {fmt(f['one_p99_ms'], ' ms')}"
+                + (f" (goal p99 <= {GOAL_PUSH_P99_MS:.0f} ms)" if f["mode"] == "listen" else ""),
+            ),
+            (
+                "results by push / poll",
+                f"{f['pushed']} / {f['delivered'] - f['pushed']}; by poll, after the interval last told "
+                f"(at most {fmt(f['told_max_ms'], ' ms')}): p99 {fmt(f['beyond_told_p99_ms'], ' ms')}, "
+                f"max {fmt(f['beyond_told_max_ms'], ' ms')} (goal <= {GOAL_BEYOND_TOLD_MS:.0f} ms)",
+            ),
         ]
     rows += [
         (
@@ -359,7 +416,7 @@ def table(f: dict[str, Any]) -> str:
         ),
         ("results seen", f"{f['delivered']} ({f['undelivered']} missing)"),
         (
-            "reply->result",
+            "reply->result, all",
             f"p50 {fmt(f['p50_ms'], ' ms')}, p99 {fmt(f['p99_ms'], ' ms')}, max {fmt(f['max_ms'], ' ms')}",
         ),
         ("load avg start/window/end", f"{f['load_start']} / {f['window_load_avg']} / {f['load_end']}"),
@@ -369,7 +426,7 @@ def table(f: dict[str, Any]) -> str:
 
 
 def summary(f: dict[str, Any]) -> dict[str, Any]:
-    tasks_mode = f["mode"] == "tasks"
+    tasks_mode = f["mode"] in ("tasks", "listen")
     out: dict[str, Any] = {
         "bench": "wait_cost",
         "mode": f["mode"],
@@ -392,6 +449,11 @@ def summary(f: dict[str, Any]) -> dict[str, Any]:
             wanted_per_s=round(f["wanted_per_s"], 1),
             cpu_per_poll_ms=round(f["cpu_per_poll_ms"], 3),
             unpolled_cpu_pct=round(f["unpolled"]["cpu_pct"], 2),
+            pushed=f["pushed"],
+            one_p50_ms=f["one_p50_ms"] and round(f["one_p50_ms"], 1),
+            one_p99_ms=f["one_p99_ms"] and round(f["one_p99_ms"], 1),
+            beyond_told_p99_ms=f["beyond_told_p99_ms"] and round(f["beyond_told_p99_ms"], 1),
+            goal_push_p99_ms=GOAL_PUSH_P99_MS,
         )
     out.update(load_avg=f["window_load_avg"], machine=machine())
     return out
@@ -400,7 +462,9 @@ def summary(f: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=1000, metavar="N", help="10000: the issue's figure")
-    parser.add_argument("--mode", choices=["held", "tasks", "both"], default="both")
+    parser.add_argument(
+        "--mode", choices=["held", "tasks", "listen", "both", "all"], default="all", help="both: held, tasks"
+    )
     parser.add_argument("--window", type=float, default=30.0, help="seconds of waiting measured")
     parser.add_argument("--idle", type=float, default=5.0, help="tasks: seconds measured unpolled")
     parser.add_argument("--settle", type=float, default=3.0, help="tasks: seconds after the first interval")
@@ -415,11 +479,13 @@ def main() -> None:
     parser.add_argument("--per-session", type=int, default=10, help="held: calls per session")
     parser.add_argument("--workers", type=int, default=4, help="held: client worker processes")
     parser.add_argument("--in-flight", type=int, default=50, help="reply POSTs (and task creations) at once")
+    parser.add_argument("--samples", type=int, default=100, help="tasks: replies sent one at a time first")
     args = parser.parse_args()
     raise_nofile()
     results = []
-    for mode in ("held", "tasks") if args.mode == "both" else (args.mode,):
-        figures = anyio.run(held if mode == "held" else tasks, args)
+    modes = {"both": ("held", "tasks"), "all": ("held", "tasks", "listen")}.get(args.mode, (args.mode,))
+    for mode in modes:
+        figures = anyio.run(held, args) if mode == "held" else anyio.run(tasks, args, mode == "listen")
         print(table(figures), flush=True)
         results.append(summary(figures))
     for line in results:

@@ -219,6 +219,10 @@ class Runtime:
         self, mcp: MCPServer | None, transport: Transport, host: str, port: int | None = None
     ) -> Starlette:
         """The one HTTP app (``web/app.py``), for this runtime's config, broker and web token."""
+        from hitl_mcp.mcp.http_front import http_front
         from hitl_mcp.web.app import build_app
 
-        return build_app(self.config, self.broker, self.auth, self.web_channel, mcp, transport, host, port)
+        front = http_front(mcp) if mcp is not None and transport == "http" else None
+        return build_app(
+            self.config, self.broker, self.auth, self.web_channel, mcp, transport, host, port, front
+        )

@@ -173,6 +173,13 @@ NOT_AT_START = (
     "twilio",
     "rich",
 )
+#: pydantic models the start must not build (their validators are built at first use)
+NOT_BUILT_AT_START = (
+    "hitl_mcp.core.models.Outcome",
+    "hitl_mcp.core.models.NotifyResult",
+    "hitl_mcp.core.previews.DiffPreview",
+    "hitl_mcp.core.previews.FileChange",
+)
 
 
 def test_stdio_start_loads_only_what_tools_list_needs(tmp_path: Path, state_dir: Path) -> None:
@@ -184,7 +191,17 @@ def test_stdio_start_loads_only_what_tools_list_needs(tmp_path: Path, state_dir:
             "import atexit, json, sys",
             "import hitl_mcp.serving",
             "hitl_mcp.serving.SIDE_WORK_GRACE = 3600  # no tool call comes: the side work never starts",
-            f"atexit.register(lambda: open({str(loaded)!r}, 'w').write(json.dumps(sorted(sys.modules))))",
+            "def built():",
+            "    from pydantic import BaseModel",
+            "    todo, names = [BaseModel], []",
+            "    while todo:",
+            "        for model in todo.pop().__subclasses__():",
+            "            todo.append(model)",
+            "            if model.__module__.startswith('hitl_mcp') and model.__pydantic_complete__:",
+            "                names.append(f'{model.__module__}.{model.__name__}')",
+            "    return names",
+            f"out = {str(loaded)!r}",
+            "atexit.register(lambda: open(out, 'w').write(json.dumps([sorted(sys.modules), built()])))",
             "from hitl_mcp.cli import main",
             f"sys.exit(main(['serve', '--config', {str(config)!r}]))",
         )
@@ -210,6 +227,9 @@ def test_stdio_start_loads_only_what_tools_list_needs(tmp_path: Path, state_dir:
     finally:
         server.kill()
         server.wait()
-    modules = set(json.loads(loaded.read_text()))
+    names, built = json.loads(loaded.read_text())
+    modules = set(names)
     assert "hitl_mcp.mcp.server" in modules
     assert [name for name in NOT_AT_START if name in modules] == []
+    # models a tool's result or a preview needs, built at first use (about 15 M instructions)
+    assert [name for name in NOT_BUILT_AT_START if name in built] == []

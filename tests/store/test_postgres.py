@@ -333,3 +333,40 @@ async def test_healthz_answers_503_while_the_listener_is_down_and_200_once_it_is
         finally:
             await postgres_cluster.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
         await eventually(lambda: status(200), seconds=30)  # the listener's backoff is at most 10 s
+
+
+async def test_a_create_and_its_resolve_take_nineteen_round_trips(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each statement is a round trip to the database: a connection going back to the pool sends
+    none (asyncpg's default reset sent one per transaction), and an audit row goes with its
+    notification in one."""
+    import asyncpg
+
+    from hitl_mcp.core.models import Kind, Reply, Request, now
+    from hitl_mcp.core.outcomes import check_reply, expiry_outcome
+
+    sent: list[str] = []
+    for name in ("execute", "executemany", "fetch", "fetchrow", "fetchval"):
+        real = getattr(asyncpg.connection.Connection, name)
+
+        def counted(self: Any, query: str, *args: Any, __real: Any = real, **kwargs: Any) -> Any:
+            sent.append(" ".join(query.split()))
+            return __real(self, query, *args, **kwargs)
+
+        monkeypatch.setattr(asyncpg.connection.Connection, name, counted)
+    store = PostgresStore(postgres_url, listen=False)
+    await store.open()
+    try:
+        asked = Request(id="rt1", kind=Kind.QUESTION, text="Ship?", channels=["web"], created_at=now())
+        sent.clear()
+        created, _ = await store.create(asked, None)
+        reply = Reply(channel="web", responder="bench", text="yes")
+        settled = await store.resolve(
+            created.id, reply, check_reply(created, reply), expiry_outcome(created), frozenset({"web"})
+        )
+        assert settled is not None and settled.won
+    finally:
+        await store.close()
+    assert not [q for q in sent if "RESET ALL" in q], sent
+    assert len(sent) <= 19, "\n".join(sent)

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 
 from hitl_mcp.broker.digests import held_until
+from hitl_mcp.broker.feed import Listener, Listeners
 from hitl_mcp.broker.outbox import Outbox, silent_channels
 from hitl_mcp.broker.previews import refuse_unseen, with_preview
 from hitl_mcp.broker.reports import BrokerReports
@@ -72,7 +73,6 @@ EXPIRY_RETRY_SECONDS = 1.0
 #: the expiry sweep looks at least this often: a request created by another process wakes no one here
 SWEEP_SECONDS = 30.0
 
-
 OnTick = Callable[[float], Awaitable[None]]
 
 
@@ -101,7 +101,7 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews, BrokerReports):
         self._just_settled: dict[str, Request] = {}  # handed to this process's waiters: no re-read
         self._expiry_wake = anyio.Event()
         self._waiters_present = anyio.Event()
-        self._listeners: set[Callable[[str, str], None]] = set()
+        self._listeners = Listeners()
         self._last_seq = 0
         self._pruned_at = 0.0
 
@@ -147,6 +147,8 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews, BrokerReports):
             self._last_seq = change.seq
             if change.request_id is not None:
                 self._publish(change.request_id, change.event)
+            else:  # pause, resume (every deadline moves), rules, credentials
+                self._listeners.heard(None, change.event)
         if len(changes) < 1000:
             await self.store.changed()
 
@@ -154,14 +156,12 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews, BrokerReports):
         if event in WAKING_EVENTS:
             for waiter in self._waiters.get(request_id, ()):
                 waiter.set()
-        for listener in list(self._listeners):
-            listener(request_id, event)
+        self._listeners.heard(request_id, event)
 
-    def listen(self, listener: Callable[[str, str], None]) -> Callable[[], None]:
-        """Call ``listener(request_id, event)`` for every audit event; returns the unsubscribe."""
-        self._listeners.add(listener)
+    def listen(self, listener: Listener, *, unattached: bool = False) -> Callable[[], None]:
+        """``listener(request_id, event)`` for every audit event, by any process (``feed.py``)."""
         self._waiters_present.set()
-        return lambda: self._listeners.discard(listener)
+        return self._listeners.add(listener, unattached=unattached)
 
     # --- asking ----------------------------------------------------------------------------
 

@@ -209,6 +209,7 @@ class Reply(BaseModel):
 class OutcomeVote(BaseModel):
     """One vote of a quorum, as the outcome lists it."""
 
+    model_config = ConfigDict(defer_build=True)  # built at the first result (cold start)
     person: str
     on_behalf_of: str | None = None
     channel: str
@@ -220,6 +221,7 @@ class OutcomeVote(BaseModel):
 class Outcome(BaseModel):
     """What a tool call returns for a request: the structured result the model reads."""
 
+    model_config = ConfigDict(defer_build=True)  # built at the first result (cold start)
     request_id: str
     status: Status
     answer: str | None = Field(None, description="The person's answer as text (the choice, for a choice).")
@@ -259,6 +261,8 @@ class Outcome(BaseModel):
 
 
 class NotifyResult(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built at the first result (cold start)
+
     request_id: str
     delivered: list[str]
     failed: list[dict[str, str]]

@@ -51,12 +51,12 @@ Cell = str | int | float | bool | None
 
 
 class _Kind(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built at first use (cold start)
     title: Title = None
 
 
 class FileChange(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     path: str = Field(min_length=1, max_length=1000)
     old: str | None = Field(None, description="The file's content before (omit or null: a new file).")
     new: str | None = Field(None, description="The file's content after (omit or null: deleted).")

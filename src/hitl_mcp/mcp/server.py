@@ -29,7 +29,7 @@ from hitl_mcp.core.errors import BrokerError
 from hitl_mcp.core.models import Kind, NotifyResult, Outcome, ReportedOutcome, Request, canonical_json
 from hitl_mcp.core.results import describe_notification, describe_report, to_outcome
 from hitl_mcp.kit.state_key import request_state_keys
-from hitl_mcp.mcp import tool_args
+from hitl_mcp.mcp import http_front, tool_args
 from hitl_mcp.mcp.call_context import Unauthenticated, client_name, form_state, principal_of, session_key
 from hitl_mcp.mcp.host_forms import HostForms
 from hitl_mcp.mcp.settings import Settings, call_budget, sealed_for
@@ -370,15 +370,17 @@ def build_server(
     tasks = TasksExtension(
         get_broker, forms, agent=settings.agent, inbox_url=inbox_url, poll_ms=settings.task_poll_ms
     )
-    return MCPServer(
+    server = MCPServer(
         "hitl-mcp",
         instructions=INSTRUCTIONS,
         version=__version__,
         request_state_security=security,
         tools=tools,
         extensions=[tasks],
-        middleware=[tasks.core],
+        middleware=[tasks.core, tasks.push],
     )
+    http_front.remember(server, tasks)
+    return server
 
 
 def _json_size(payload: Any) -> str:

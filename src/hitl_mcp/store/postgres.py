@@ -235,6 +235,15 @@ class _Tx:
     notified: set[str] = field(default_factory=set)
 
 
+async def _released(conn: asyncpg.Connection) -> None:
+    """What a pool connection needs when it goes back: nothing, unless it was left in a transaction.
+    asyncpg's default (``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL``) is one more
+    round trip per transaction, for state no pool connection takes here: its locks are transaction
+    level, and LISTEN and leases have connections of their own."""
+    if conn.is_in_transaction():
+        await conn.execute("ROLLBACK")
+
+
 class PostgresStore:
     def __init__(
         self,
@@ -276,6 +285,7 @@ class PostgresStore:
                 max_size=self.pool_size,
                 timeout=CONNECT_TIMEOUT_SECONDS,
                 server_settings={"application_name": "hitl-mcp"},
+                reset=_released,
             )
             await self._migrate()
             if self.sealer is not None:
@@ -430,22 +440,18 @@ class PostgresStore:
         seq, prev = (row["seq"] + 1, row["hash"]) if row else (1, GENESIS)
         at = now() if at is None else at
         digest = row_hash(prev, seq, at, request_id, event, actor, data)
-        await tx.conn.execute(
+        insert = (
             "INSERT INTO audit (seq, at, request_id, event, actor, data, prev_hash, hash)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            seq,
-            at,
-            request_id,
-            event,
-            actor,
-            json.dumps(data, sort_keys=True),
-            prev,
-            digest,
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
         )
+        values = (seq, at, request_id, event, actor, json.dumps(data, sort_keys=True), prev, digest)
         payload = request_id or ""
-        if payload not in tx.notified:
+        if payload in tx.notified:
+            await tx.conn.execute(insert, *values)
+        else:  # the row and its notification in one round trip (delivered at commit, as before)
             tx.notified.add(payload)
-            await tx.conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload[:1000])
+            notify = f"WITH appended AS ({insert} RETURNING seq) SELECT pg_notify($9, $10) FROM appended"
+            await tx.conn.execute(notify, *values, CHANNEL, payload[:1000])
         tx.head = (seq, digest)
         tx.settled = tx.settled or event in SETTLING_EVENTS
         return seq, digest

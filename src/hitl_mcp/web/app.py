@@ -64,9 +64,12 @@ def build_app(
     transport: Transport,
     host: str,
     port: int | None = None,
+    mcp_front: Callable[[ASGIApp], ASGIApp] | None = None,
 ) -> Starlette:
     """The one HTTP app. ``port`` is the bound port: on loopback, the Host and Origin a request
-    may name (None, for an app served in process without a socket: any port of those names)."""
+    may name (None, for an app served in process without a socket: any port of those names).
+    ``mcp_front``: what the MCP face puts in front of its streamable HTTP endpoint, inside the
+    credential check."""
     from mcp.server.transport_security import TransportSecuritySettings
 
     from hitl_mcp.web.limits import BodyLimit
@@ -88,7 +91,7 @@ def build_app(
     credentials = Credentials(auth, agents, get_broker, oauth)
     if mcp is not None and transport == "http":
         inner = mcp.streamable_http_app(host=host, transport_security=security)
-        routes += _guarded(inner.routes, credentials)
+        routes += _guarded(inner.routes, credentials, mcp_front)
 
         @contextlib.asynccontextmanager
         async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -158,10 +161,12 @@ class LazyRoutes:
         await self._app(scope, receive, send)
 
 
-def _guarded(routes: list[BaseRoute], credentials: Credentials) -> list[BaseRoute]:
+def _guarded(
+    routes: list[BaseRoute], credentials: Credentials, front: Callable[[ASGIApp], ASGIApp] | None = None
+) -> list[BaseRoute]:
     """MCP's routes, each behind the credential check (``credentials.py``), on every bind."""
     for route in routes:
         inner: ASGIApp | None = getattr(route, "app", None)
         if inner is not None:
-            route.app = credentials.guard(inner)  # type: ignore[attr-defined]
+            route.app = credentials.guard(inner if front is None else front(inner))  # type: ignore[attr-defined]
     return routes

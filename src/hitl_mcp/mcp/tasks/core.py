@@ -30,6 +30,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 
 from hitl_mcp.core.models import Kind, Request, Status, iso, now
 from hitl_mcp.mcp.call_context import AnyContext
+from hitl_mcp.mcp.tasks.pace import Pace
 from hitl_mcp.mcp.tasks.status import TASK_CANCELLED, is_settled, ttl_ms, waiting_message
 from hitl_mcp.mcp.tasks.work import TaskWork
 
@@ -54,14 +55,18 @@ class CoreTasks:
         work: TaskWork,
         as_task: Callable[[], Any],
         *,
-        poll_ms: int,
+        pace: Pace,
+        created: Callable[[Broker, AnyContext, Request], None] | None = None,
     ) -> None:
         self.get_broker = get_broker
         self.work = work
         """Which tools run as tasks, and what a task is after its request (``work.py``)."""
         self.as_task = as_task
         """Enters "this tool call is answered with a task" (a context manager)."""
-        self.poll_ms = poll_ms
+        self.pace = pace
+        """``pollInterval``: by the task's age and the load (``pace.py``), for proxy tasks as for ours."""
+        self.created = created
+        """Told of each task created (with the broker and the call): ``push.py`` follows it."""
 
     # --- the middleware: initialize, tools/list, tools/call with params.task ---------------------
 
@@ -96,9 +101,11 @@ class CoreTasks:
             raise MCPError(code=INVALID_PARAMS, message=text or "the tool failed")
         direct = self.work.direct(ctx, str(content.get("request_id")))
         if direct is not None:
-            return {"task": direct.task(self.poll_ms)}
+            return {"task": direct.task(self.pace.interval(0.0))}  # runs at once: no person's wait
         broker = await self.get_broker()
         request = await broker.get_or_raise(str(content["request_id"]))
+        if self.created is not None and request.is_open:
+            self.created(broker, ctx, request)  # notifications/tasks/status when it ends
         return {"task": await self.task(broker, request, ctx)}
 
     # --- tasks/* for 2025-11-25 callers -----------------------------------------------------------
@@ -124,7 +131,7 @@ class CoreTasks:
             "createdAt": iso(request.created_at),
             "lastUpdatedAt": iso(request.closed_at or request.created_at),
             "ttl": ttl_ms(request),
-            "pollInterval": self.poll_ms,
+            "pollInterval": self.pace.interval(now() - request.created_at),
         }
 
     @staticmethod

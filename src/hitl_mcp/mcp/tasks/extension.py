@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -34,6 +36,7 @@ from mcp_types import (
 )
 from mcp_types.jsonrpc import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.types import ASGIApp
 
 from hitl_mcp.core.errors import NotFound
 from hitl_mcp.core.models import Request, Status, now
@@ -41,7 +44,12 @@ from hitl_mcp.mcp.call_context import AnyContext, client_name, is_modern, princi
 from hitl_mcp.mcp.host_forms import HostForms
 from hitl_mcp.mcp.tasks import status
 from hitl_mcp.mcp.tasks.core import CORE_VERSION, RELATED_TASK, CoreTasks
+from hitl_mcp.mcp.tasks.declared import MISSING_CAPABILITY, declares_tasks, missing_capability
+from hitl_mcp.mcp.tasks.fast import FastPolls
 from hitl_mcp.mcp.tasks.inputs import TaskForms
+from hitl_mcp.mcp.tasks.memory import TaskMemory
+from hitl_mcp.mcp.tasks.pace import Pace
+from hitl_mcp.mcp.tasks.push import TaskPush
 from hitl_mcp.mcp.tasks.wire import EXTENSION, TaskIdParams, UpdateTaskParams
 from hitl_mcp.mcp.tasks.work import RequestWork, TaskWork
 
@@ -56,7 +64,6 @@ log = logging.getLogger("hitl_mcp.mcp.tasks")
 #: the tools whose call may become a task: those that wait for a person
 TASK_TOOLS = frozenset({"ask_user", "request_approval", "wait_for_response"})
 #: "Missing Required Client Capability", as the extension's specification and mcp 2.3.0 have it
-MISSING_CAPABILITY = -32021
 
 _as_task: contextvars.ContextVar[bool] = contextvars.ContextVar("hitl_mcp_as_task", default=False)
 
@@ -76,15 +83,6 @@ def as_task() -> Iterator[None]:
         _as_task.reset(token)
 
 
-def declares_tasks(ctx: AnyContext) -> bool:
-    """Whether this very request declares the extension (2026-07-28 carries capabilities per request;
-    a client drops the extension for calls it will not run as tasks)."""
-    if not is_modern(ctx):
-        return False
-    caps = ctx.session.client_capabilities
-    return caps is not None and caps.extensions is not None and EXTENSION in caps.extensions
-
-
 class TasksExtension(Extension):
     identifier = EXTENSION
 
@@ -102,11 +100,41 @@ class TasksExtension(Extension):
         self.forms = TaskForms(forms)
         self.agent = agent
         self.inbox_url = inbox_url
-        self.poll_ms = poll_ms
         self.work: TaskWork = work or RequestWork(TASK_TOOLS, inbox_url)
         """What a task is the view of (``work.py``): the request, or (the proxy) the call after it."""
-        self.core = CoreTasks(get_broker, self.work, as_task, poll_ms=poll_ms)
+        self.pace = Pace(poll_ms, self._count_pending)
+        """``pollIntervalMs``: by the task's age and the load (``pace.py``), whatever the work."""
+        self.memory = TaskMemory()
+        """The tasks known to be working: a poll of one reads no row (``memory.py``, ``fast.py``). It
+        holds only requests still pending, which no work has begun after: right for any ``TaskWork``."""
+        self.listened: Counter[str] = Counter()
+        """The task ids an open ``subscriptions/listen`` stream of this process follows (``push.py``)."""
+        self.push = TaskPush(self)
+        """Tasks pushed to clients that listen (``push.py``): a middleware. It follows the request
+        only, so it serves tasks whose work is the request (``RequestWork``); the proxy's tasks, whose
+        upstream call runs after the request settles and is no store change, are not pushed."""
+        self.pushes = isinstance(self.work, RequestWork)
+        self.core = CoreTasks(
+            get_broker,
+            self.work,
+            as_task,
+            pace=self.pace,
+            created=self.push.follow if self.pushes else None,
+        )
         """The 2025-11-25 design: its middleware, and its side of the shared ``tasks/*`` methods."""
+
+    async def _count_pending(self) -> int:
+        broker = await self.get_broker()
+        return await broker.history.count(Status.PENDING)
+
+    def interval(self, request: Request) -> int:
+        """The ``pollIntervalMs`` this task is given now."""
+        return self.pace.interval(now() - request.created_at, listened=request.id in self.listened)
+
+    def front(self, app: ASGIApp, *, server_info: dict[str, Any]) -> ASGIApp:
+        """``app`` (the SDK's streamable HTTP endpoint) with polls of working tasks answered ahead of it
+        (``server_info``: the stamp the SDK puts on every 2026-07-28 result)."""
+        return FastPolls(app, self.memory, self.pace, self.listened.__contains__, server_info)
 
     def methods(self) -> Sequence[MethodBinding]:
         core = frozenset({CORE_VERSION})
@@ -137,7 +165,7 @@ class TasksExtension(Extension):
         if request is None or not request.is_open or await broker.undelivered(request.id):
             return done
         log.info("hitl-mcp: %s answered as task %s", params.name, status.task_id(request))
-        return status.created(request, self.poll_ms)
+        return status.created(request, self.interval(request))
 
     # --- tasks/* --------------------------------------------------------------------------------
 
@@ -145,12 +173,7 @@ class TasksExtension(Extension):
         # 2026-07-28: each request must declare the extension; 2025-11-25 has no such declaration
         # (a task there is one the caller created with params.task, or any request of its own)
         if is_modern(ctx) and not declares_tasks(ctx):
-            raise MCPError(
-                code=MISSING_CAPABILITY,
-                message="Missing required client capability: declare the io.modelcontextprotocol/tasks "
-                "extension in this request's capabilities",
-                data={"requiredCapabilities": {"extensions": {EXTENSION: {}}}},
-            )
+            raise missing_capability()
         broker = await self.get_broker()
         try:
             request = await broker.owned(task_id, principal_of(ctx, self.agent).owner)
@@ -162,34 +185,62 @@ class TasksExtension(Extension):
         return broker, request
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict[str, Any]:
-        direct = None if is_modern(ctx) else self.work.direct(ctx, params.task_id)
+        task_id = params.task_id
+        direct = None if is_modern(ctx) else self.work.direct(ctx, task_id)
         if direct is not None:
-            return direct.task(self.poll_ms)
-        broker, request = await self._mine(ctx, params.task_id)
-        if not is_modern(ctx):
-            return await self.core.task(broker, request, ctx)
+            return direct.task(self.pace.interval(0.0))  # runs at once: no person's wait
+        if is_modern(ctx) and declares_tasks(ctx):
+            clock = now()
+            known = self.memory.working(task_id, principal_of(ctx, self.agent).owner, clock)
+            if known is not None:  # over stdio (HTTP's polls are answered ahead of the SDK: fast.py)
+                if self.pace.stale(time.monotonic()):
+                    await self.pace.recount(time.monotonic())
+                interval = self.pace.interval(clock - known.created_at, listened=task_id in self.listened)
+                return known.task(task_id, clock, interval)
+        self.memory.watch(await self.get_broker())
+        self.memory.reading(task_id)
+        working: Request | None = None
+        try:
+            broker, request = await self._mine(ctx, task_id)
+            if not is_modern(ctx):
+                return await self.core.task(broker, request, ctx)
+            if self.pace.stale(time.monotonic()):
+                await self.pace.recount(time.monotonic())
+            task = await self.detailed(ctx, broker, request)
+            if (
+                task["status"] == "working"
+                and request.status == Status.PENDING  # not the work after an answer (the proxy's call)
+                and HostForms.channel_of(broker, request) is None
+            ):
+                working = request  # nothing of the host's to offer, ever: known as working from now
+            return task
+        finally:
+            self.memory.read(task_id, working)
+
+    async def detailed(self, ctx: AnyContext, broker: Broker, request: Request) -> dict[str, Any]:
+        """The request as a 2026-07-28 ``DetailedTask``: what ``tasks/get`` answers, and what a
+        listening client is sent (``push.py``)."""
+        interval = self.interval(request)
         if request.is_open:
             undelivered = await broker.undelivered(request.id)
             if undelivered:  # nobody has it: the blocking call would say so and stop waiting, too
                 done = await self.work.after(ctx, broker, request, undelivered)
-                return status.settled_status(
-                    request, self.poll_ms, cancelled_by_task=False, result=done.result
-                )
+                return status.settled_status(request, interval, cancelled_by_task=False, result=done.result)
             inputs = await self.forms.requests(ctx, broker, request)
             if inputs is not None:
-                return status.input_required(request, self.poll_ms, inputs)
-            return status.working(request, self.poll_ms)
+                return status.input_required(request, interval, inputs)
+            return status.working(request, interval)
         if request.status == Status.CANCELLED and await self.core.cancelled_by_task(broker, request):
-            return status.settled_status(request, self.poll_ms, cancelled_by_task=True)
+            return status.settled_status(request, interval, cancelled_by_task=True)
         after = await self.work.after(ctx, broker, request, None)
         if after.status == "cancelled":
-            return status.cancelled(request, self.poll_ms, after.message)
+            return status.cancelled(request, interval, after.message)
         if after.status == "input_required":
             assert after.input_requests is not None
-            return status.input_required(request, self.poll_ms, after.input_requests, after.message)
+            return status.input_required(request, interval, after.input_requests, after.message)
         if after.status == "working":
-            return status.working(request, self.poll_ms, after.message)
-        return status.settled_status(request, self.poll_ms, cancelled_by_task=False, result=after.result)
+            return status.working(request, interval, after.message)
+        return status.settled_status(request, interval, cancelled_by_task=False, result=after.result)
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
         broker, request = await self._mine(ctx, params.task_id)
@@ -204,9 +255,11 @@ class TasksExtension(Extension):
         direct = None if is_modern(ctx) else self.work.direct(ctx, params.task_id)
         if direct is not None:
             await direct.cancel()
-            return direct.task(self.poll_ms)
+            return direct.task(self.pace.interval(0.0))
         broker, request = await self._mine(ctx, params.task_id)
         if request.is_open:
+            if not is_modern(ctx):  # the answer tells this session: push.py need not
+                self.push.unheard(request.id, ctx, "cancelled")
             actor = client_name(ctx) or "agent"
             await broker.record(request.id, status.TASK_CANCELLED, actor, {})
             request = await broker.cancel(request.id, "the agent's host cancelled the task", actor)
@@ -224,6 +277,8 @@ class TasksExtension(Extension):
         # the status changed while this waited: say so (2025-11-25's notifications/tasks/status), on
         # this request's stream, ahead of the result
         task = await self.core.task(broker, await broker.get_or_raise(request.id), ctx)
+        if not self.push.unheard(request.id, ctx, task["status"]):
+            return result  # push.py told this session already
         notification = TaskStatusNotification(params=TaskStatusNotificationParams.model_validate(task))
         # not in mcp 2.3.0's notification union (types only), hence the cast; sent as any other
         await ctx.session.send_notification(cast(Any, notification), related_request_id=ctx.request_id)
