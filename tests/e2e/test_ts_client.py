@@ -24,7 +24,14 @@ pytestmark = pytest.mark.anyio
 
 TS = ROOT / "tests" / "ts"
 INSPECTOR = TS / "node_modules" / ".bin" / "mcp-inspector"
-TOOLS = {"ask_user", "request_approval", "notify_user", "wait_for_response", "cancel_request"}
+TOOLS = {
+    "ask_user",
+    "request_approval",
+    "notify_user",
+    "wait_for_response",
+    "cancel_request",
+    "report_outcome",
+}
 
 
 @pytest.fixture(autouse=True)
