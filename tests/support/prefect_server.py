@@ -104,8 +104,14 @@ class PrefectApi:
         self.url = url
 
     async def _call(self, method: str, path: str, json: Any = None) -> Any:
+        """One call; a 503 (Prefect's server, its SQLite database busy on a loaded machine) is tried
+        again after a pause, as Prefect's own client does (``PREFECT_CLIENT_MAX_RETRIES``)."""
         async with httpx2.AsyncClient(base_url=self.url, timeout=10) as http:
-            response = await http.request(method, path, json=json)
+            for pause in (0.5, 1, 2, 4, 0):
+                response = await http.request(method, path, json=json)
+                if response.status_code != 503 or not pause:
+                    break
+                await anyio.sleep(pause)  # a backoff before a retry, not a wait for an event
         assert response.status_code < 300, f"{method} {path}: {response.status_code} {response.text}"
         return response.json()
 
