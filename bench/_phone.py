@@ -1,7 +1,9 @@
 """The phone channels under benchmark: a ``hitl-mcp serve --transport http`` subprocess (bench/_server.py)
-with the Telegram, ntfy and signed webhook channels, each pointed at a local stand-in of its provider
-served in this process: the Bot API and ntfy stand-ins of the test suite (tests/support/telegram_standin.py
-and ntfy_standin.py, imported from this clone's tests/), and a webhook receiver of our own. Each stand-in
+with the Telegram, ntfy, signed webhook and Web Push channels, each pointed at a local stand-in of its
+provider served in this process: the Bot API, ntfy and push service stand-ins of the test suite
+(tests/support/telegram_standin.py, ntfy_standin.py and webpush_standin.py, imported from this clone's
+tests/), and a webhook receiver of our own. For Web Push, the person ``olive`` (signed in as a passkey
+sign-in leaves her) turns push on for one browser of the push stand-in, through the inbox's API. Each stand-in
 notes, with ``time.perf_counter()``, when it receives a push and when it makes a tap available. Shared by
 phone_push.py and phone_tap.py.
 
@@ -27,6 +29,8 @@ import anyio
 import httpx2
 import mcp.types
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -40,8 +44,10 @@ if str(ROOT) not in sys.path:  # the stand-ins live in the clone's tests/support
 from tests.support.events import until
 from tests.support.ntfy_standin import NtfyStandin
 from tests.support.ntfy_standin import tap as tap  # for phone_tap.py
+from tests.support.people import session_of
 from tests.support.serve import serving
 from tests.support.telegram_standin import BOT_TOKEN, SAM, Sent, TelegramStandin
+from tests.support.webpush_standin import PushStandin, Received
 
 CLIENT_INFO = mcp.types.Implementation(name=HOST, version="1")
 TOPIC = "hitl-bench-push"
@@ -49,6 +55,9 @@ REPLIES = f"{TOPIC}-replies"
 #: Standard Webhooks secret shared by the webhook channel and the bench (24 bytes, as the spec's example)
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 HOOK = "hook"
+PUSH = "push"
+#: the person whose browser gets the pushes
+PERSON = "olive"
 #: every request's text carries one, so each stand-in can say which request a push belongs to
 MARKER = re.compile(r"bench-[a-z]+-[a-z]+-\d+")
 SETUP_TASKS = 20
@@ -131,6 +140,18 @@ class TimedNtfy(NtfyStandin):
             self.arrivals.note(str(message.get("message") or ""), message)
 
 
+class TimedPush(PushStandin):
+    """The push service stand-in, noting each push as it has taken and decrypted it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrivals = Arrivals()
+        self.on_receive = self._noted
+
+    def _noted(self, taken: Received) -> None:
+        self.arrivals.note(str(taken.data.get("body") or ""), taken.data)
+
+
 class Receiver:
     """The integrator's end of the signed webhook: takes every event (204), notes each request's
     ``hitl.request.created``."""
@@ -153,6 +174,7 @@ class Bench:
     telegram: TimedTelegram
     ntfy: TimedNtfy
     hook: Receiver
+    push: TimedPush
     http: httpx2.AsyncClient  # the JSON API, with the token
     client: Client  # the agent's MCP session
 
@@ -173,29 +195,51 @@ def channels_config(telegram_url: str, ntfy_url: str, hook_url: str) -> str:
         f'              api_base: "{telegram_url}"}}\n'
         f'  ntfy: {{type: ntfy, server: "{ntfy_url}", topic: {TOPIC}}}\n'
         f'  {HOOK}: {{type: webhook, url: "{hook_url}/hook", secret: "{SECRET}"}}\n'
+        f"  {PUSH}: {{type: webpush}}\n"
+        f"people:\n  {PERSON}: {{{PUSH}: true}}\n"
     )
+
+
+async def subscribe(push: TimedPush, state: Path, port: int) -> None:
+    """Setup: ``olive`` turns push on for one browser of the stand-in, as the inbox's button does."""
+    headers = await session_of(state, PERSON, port, TOKEN)
+    base = f"http://127.0.0.1:{port}"
+    async with httpx2.AsyncClient(base_url=base, headers=headers, timeout=30) as browser:
+        response = await browser.get("/webpush/key")
+        response.raise_for_status()
+        subscription = push.subscribe(response.json()["public_key"])
+        saved = await browser.post("/webpush/devices", json={"subscription": subscription, "label": "bench"})
+        saved.raise_for_status()
 
 
 @asynccontextmanager
 async def phone_bench() -> AsyncIterator[Bench]:
     """The stand-ins served, the server started against them, the API client and one MCP session."""
-    telegram, ntfy, hook = TimedTelegram(), TimedNtfy(), Receiver()
+    telegram, ntfy, hook, push = TimedTelegram(), TimedNtfy(), Receiver(), TimedPush()
     with tempfile.TemporaryDirectory(prefix="hitl-bench-") as tmp:
         async with (
             serving(telegram.app, shutdown_seconds=1) as telegram_url,
             serving(ntfy.app(), shutdown_seconds=1) as ntfy_url,
             serving(hook.app, shutdown_seconds=1) as hook_url,
+            serving(push.app(), shutdown_seconds=1) as push_url,
         ):
+            push.base = push_url
             try:
                 config = channels_config(telegram_url, ntfy_url, hook_url)
                 async with server(Path(tmp), channels=config) as (srv, port):
+                    await subscribe(push, Path(tmp) / "state", port)
                     base = f"http://127.0.0.1:{port}"
                     headers = {"Authorization": f"Bearer {TOKEN}"}
                     async with (
                         httpx2.AsyncClient(base_url=base, headers=headers, timeout=60) as http,
-                        Client(f"{base}/mcp", mode="legacy", client_info=CLIENT_INFO) as client,
+                        create_mcp_http_client(headers=headers) as agent_http,
+                        Client(
+                            streamable_http_client(f"{base}/mcp", http_client=agent_http),
+                            mode="legacy",
+                            client_info=CLIENT_INFO,
+                        ) as client,
                     ):
-                        yield Bench(srv, port, telegram, ntfy, hook, http, client)
+                        yield Bench(srv, port, telegram, ntfy, hook, push, http, client)
             finally:
                 telegram.close()  # let the held long poll go
 

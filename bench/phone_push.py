@@ -1,11 +1,13 @@
 """Phone push: from an agent's tool call to the push received by the provider's stand-in, for Telegram
-(``sendMessage`` taken by the local Bot API stand-in) and ntfy (the publish taken by the ntfy stand-in),
-with 1,000 requests pending.
+(``sendMessage`` taken by the local Bot API stand-in), ntfy (the publish taken by the ntfy stand-in) and
+Web Push (the push taken by the push service stand-in, VAPID checked and decrypted with the browser's
+keys), with 1,000 requests pending.
 
-A ``hitl-mcp serve --transport http`` subprocess runs the Telegram and ntfy channels (the real
-python-telegram-bot and httpx2) against the stand-ins of the test suite, served in this process
-(tests/support/telegram_standin.py and ntfy_standin.py, imported from the clone's tests/; see
-bench/_phone.py). The agent is the SDK's client over streamable HTTP.
+A ``hitl-mcp serve --transport http`` subprocess runs the Telegram, ntfy and webpush channels (the real
+python-telegram-bot, httpx2, pywebpush and py-vapid) against the stand-ins of the test suite, served in
+this process (tests/support/telegram_standin.py, ntfy_standin.py and webpush_standin.py, imported from
+the clone's tests/; see bench/_phone.py). Web Push requests are asked of ``olive``, whose one browser
+has push on. The agent is the SDK's client over streamable HTTP.
 
 Setup, not measured: N questions asked on both channels and left pending, every delivery done. Then, by
 turns on each channel, ``ask_user`` with ``wait_seconds: 0`` (the call returns ``pending`` at once) is
@@ -27,21 +29,33 @@ import sys
 import time
 from typing import Any
 
-from _phone import Bench, command_line, epoch, machine, make_pending, phone_bench, summary, wait_sent
+from _phone import (
+    PERSON,
+    PUSH,
+    Bench,
+    command_line,
+    epoch,
+    machine,
+    make_pending,
+    phone_bench,
+    summary,
+    wait_sent,
+)
 
 GOAL_P99_MS = 100.0
 WARM_UP = 10
-CHANNELS = ("telegram", "ntfy")
+CHANNELS = ("telegram", "ntfy", PUSH)
 
 
 async def push(bench: Bench, channel: str, marker: str) -> tuple[float, float, float]:
     """One call; (tool call -> push received, tool call -> result received, tool call -> request
     stored by the server, by its ``created_at``, to the millisecond), in milliseconds."""
-    stand = bench.telegram if channel == "telegram" else bench.ntfy
+    stand = {"telegram": bench.telegram, "ntfy": bench.ntfy, PUSH: bench.push}[channel]
+    args: dict[str, Any] = {"question": f"{marker}: which region?", "channels": [channel], "wait_seconds": 0}
+    if channel == PUSH:
+        args["to"] = [PERSON]
     wall, t0 = time.time(), time.perf_counter()
-    result = await bench.client.call_tool(
-        "ask_user", {"question": f"{marker}: which region?", "channels": [channel], "wait_seconds": 0}
-    )
+    result = await bench.client.call_tool("ask_user", args)
     returned = time.perf_counter()
     if result.is_error or result.structured_content is None:
         raise RuntimeError(f"{marker}: tool error {result.content}")

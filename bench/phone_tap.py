@@ -1,6 +1,6 @@
 """Phone tap: from a button press made available by the provider's stand-in to the waiting tool call's
-result at the agent's client, for Telegram in polling mode, ntfy through the reply-topic stream, and the
-signed webhook; with 1,000 requests pending.
+result at the agent's client, for Telegram in polling mode, ntfy through the reply-topic stream, the
+signed webhook and Web Push (the service worker's token post); with 1,000 requests pending.
 
 A ``hitl-mcp serve --transport http`` subprocess runs the three channels (the real python-telegram-bot,
 httpx2 and standardwebhooks) against stand-ins served in this process: the Bot API and ntfy stand-ins
@@ -18,7 +18,9 @@ time is taken from the press made available to the moment the client receives th
 - ntfy: the moment the stand-in takes the button's POST to the reply topic and pushes it to the open
   subscription streams (the press itself is made over HTTP, as the ntfy app does);
 - webhook: just before the signed ``POST /webhooks/hook/reply`` (signed beforehand with
-  standardwebhooks, as an integrator would).
+  standardwebhooks, as an integrator would);
+- Web Push: just before the service worker's ``POST /webhooks/push/answer`` with the Approve token
+  of the push as the push service stand-in decrypted it (the approval is asked of ``olive``).
 
 The first 10 per channel warm up.
 
@@ -42,6 +44,8 @@ import httpx2
 
 from _phone import (
     HOOK,
+    PERSON,
+    PUSH,
     SECRET,
     Bench,
     TimedTelegram,
@@ -54,8 +58,13 @@ from _phone import (
     wait_sent,
 )
 
-GOALS_P99_MS = {"telegram": 1000.0, "ntfy": 100.0, HOOK: 100.0}
-HOW = {"telegram": "polling", "ntfy": "reply-topic stream", HOOK: "signed webhook"}
+GOALS_P99_MS = {"telegram": 1000.0, "ntfy": 100.0, HOOK: 100.0, PUSH: 100.0}
+HOW = {
+    "telegram": "polling",
+    "ntfy": "reply-topic stream",
+    HOOK: "signed webhook",
+    PUSH: "service worker token",
+}
 WARM_UP = 10
 WAIT_SECONDS = 120
 
@@ -69,10 +78,14 @@ class Held:
         self.result: dict[str, Any] | None = None
 
     async def call(self, bench: Bench, channel: str, marker: str) -> None:
-        result = await bench.client.call_tool(
-            "request_approval",
-            {"action": f"{marker}: deploy v3", "channels": [channel], "wait_seconds": WAIT_SECONDS},
-        )
+        args: dict[str, Any] = {
+            "action": f"{marker}: deploy v3",
+            "channels": [channel],
+            "wait_seconds": WAIT_SECONDS,
+        }
+        if channel == PUSH:
+            args["to"] = [PERSON]
+        result = await bench.client.call_tool("request_approval", args)
         self.t1 = time.perf_counter()
         if result.is_error or result.structured_content is None:
             raise RuntimeError(f"{marker}: tool error {result.content}")
@@ -129,6 +142,15 @@ async def press(bench: Bench, channel: str, marker: str, phone: httpx2.AsyncClie
         response = await tap(action, phone)
         response.raise_for_status()
         return bench.ntfy.replied[seen]
+    if channel == PUSH:
+        _, push = await bench.push.arrivals.wait(marker)
+        await wait_sent(bench, push["request"])
+        body = {"request": push["request"], "token": push["tokens"]["approve"]}
+        t0 = time.perf_counter()
+        response = await phone.post(bench.base + push["answer"], json=body)
+        if response.status_code != 200:
+            raise RuntimeError(f"{marker}: the token was refused: {response.status_code} {response.text}")
+        return t0
     _, data = await bench.hook.arrivals.wait(marker)
     await wait_sent(bench, data["request_id"])
     answer = {"request_id": data["request_id"], "decision": "approve", "responder": "bench"}
@@ -158,7 +180,7 @@ async def main(pending: int, samples: int) -> None:
     async with phone_bench() as bench, httpx2.AsyncClient(timeout=30) as phone:
         polls = Polls(bench.telegram)
         started = time.perf_counter()
-        channels = ["telegram", "ntfy", HOOK]
+        channels = ["telegram", "ntfy", HOOK, PUSH]
         await make_pending(bench, pending, channels)
         took = time.perf_counter() - started
         print(f"{pending} pending on {', '.join(channels)} after {took:.1f} s (setup)", file=sys.stderr)

@@ -30,10 +30,12 @@ from hitl_mcp.web.links import InboxLinking, RequestLinks
 if TYPE_CHECKING:  # the broker and the store load in run(): over stdio, after the start is served
     from hitl_mcp.broker import Broker
     from hitl_mcp.core.store import Engine
+    from hitl_mcp.store.seal import Sealer
 
 log = logging.getLogger("hitl_mcp")
 
 Transport = Literal["stdio", "sse", "http"]
+RECEIPT_KEY_ENV = "HITL_RECEIPT_KEY"
 
 
 class ConfigRefused(Exception):
@@ -77,7 +79,29 @@ def engine_of(config: Config, state_dir: Path, *, serving: bool = True) -> Engin
         url=receivers.url.get_secret_value() if receivers.url else None,
     )
     pool = config.server.store_pool
-    return engine_for(config.server.store, state_dir, pool_size=pool, anchor=anchor, serving=serving)
+    sealer = sealer_of(config, state_dir)
+    return engine_for(
+        config.server.store, state_dir, pool_size=pool, anchor=anchor, serving=serving, sealer=sealer
+    )
+
+
+def sealer_of(config: Config, state_dir: Path) -> Sealer:
+    """What signs receipts: the configured key (``server.receipt_key``, ``$HITL_RECEIPT_KEY``), else the
+    state directory's; ``BadKey`` when a configured one is not a key."""
+    from hitl_mcp.core.records import StoreError
+    from hitl_mcp.kit.jws import BadKey, load_key
+    from hitl_mcp.store.seal import Sealer
+
+    configured = config.server.receipt_key
+    text = configured.get_secret_value() if configured else os.environ.get(RECEIPT_KEY_ENV)
+    issuer = config.server.public_url or "hitl-mcp"
+    types = {name: block.type for name, block in config.channels.items()}
+    if not text:
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # one that cannot be says so itself
+    try:
+        return Sealer(load_key(state_dir, text), issuer, types)
+    except BadKey as exc:
+        raise StoreError(f"server.receipt_key: {exc}") from None
 
 
 class Runtime:

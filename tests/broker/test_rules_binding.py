@@ -198,10 +198,11 @@ def old_rule(false: str) -> str:
     )
 
 
-#: what the migration for people's sign-in added, taken away again (a database from before it)
+#: what the migrations for people's sign-in and for receipts added, taken away again (a database
+#: from before them)
 UNDO_PEOPLE = (
     "ALTER TABLE web_sessions DROP COLUMN person; DROP TABLE sign_counts;"
-    " ALTER TABLE replies DROP COLUMN proof;"
+    " ALTER TABLE replies DROP COLUMN proof; DROP TABLE receipts; ALTER TABLE requests DROP COLUMN receipt;"
 )
 
 

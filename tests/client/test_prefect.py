@@ -167,7 +167,7 @@ async def test_the_sleeping_way_the_flow_run_is_suspended_then_resumed_with_the_
             # propose Cancelled for it (Prefect's, not hitl-mcp's)
             states = await prefect.states(run_id)
         logs = "\n".join(await prefect.logs(run_id))
-        who = "@sam (U0SAM)" if where == "slack" else "web inbox user"
+        who = "@sam (U0SAM)" if where == "slack" else "operator"
         assert f"publishing 2026-Q3: approved by {who}" in logs
         kinds = [s["type"] for s in states]
         assert kinds.count("PAUSED") == 1 and kinds[-1] == "COMPLETED", [

@@ -762,3 +762,12 @@ def test_a_person_may_have_an_oauth_identity_and_no_other_unknown_key() -> None:
     config = parse("people:\n  ana: {oauth: 'f3b2c9e0', web: ana}\n")
     assert config.people["ana"]["oauth"] == "f3b2c9e0"
     assert "people.ana.oath: unknown channel 'oath'" in str(error("people:\n  ana: {oath: 'x'}\n"))
+
+
+def test_web_push_takes_true_and_only_web_push_does() -> None:
+    push = "channels:\n  web: {type: web}\n  push: {type: webpush}\n"
+    config = parse(push + "people:\n  ana: {push: true, web: ana}\n")
+    assert config.people["ana"]["push"] == "on"
+    assert "people.ana.push: 'push' takes true" in str(error(push + "people:\n  ana: {push: ana}\n"))
+    said = str(error(push + "people:\n  ana: {web: true}\n"))
+    assert "people.ana.web: true is only for a webpush channel" in said

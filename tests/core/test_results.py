@@ -202,6 +202,7 @@ def test_structured_outcome_of_an_answered_question() -> None:
         "answered_at": "2026-01-01T00:01:15.500Z",
         "waited_seconds": 12.346,
         "next_step": "The person answered: continue using their answer.",
+        "receipt": None,
     }
 
 

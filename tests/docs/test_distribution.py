@@ -53,7 +53,14 @@ STDIO_EXAMPLES = [p for p in EXAMPLES if ".http." not in p.name]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 CLONE = "/path/to/hitl-mcp"  # the examples' stand-in for the clone's absolute path
 NO: dict[str, str] = {}  # an empty transport
-TOOLS = {"ask_user", "request_approval", "notify_user", "wait_for_response", "cancel_request"}
+TOOLS = {
+    "ask_user",
+    "request_approval",
+    "notify_user",
+    "wait_for_response",
+    "cancel_request",
+    "report_outcome",
+}
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docs]

@@ -346,3 +346,48 @@ async def test_the_policy_is_policy_and_the_older_config_spelling_still_works(tm
     assert code == 0 and out["hookSpecificOutput"]["permissionDecision"] == "allow" and "warning" not in err
     code, out, err = await setup.hook("claude-code", read, files=[])
     assert code == 2 and out is None and "name the policy file: --policy gate.yaml" in err
+
+
+async def test_post_tool_use_records_the_outcome_of_an_approved_call(tmp_path: Path) -> None:
+    """After the approved tool ran, Claude Code's ``PostToolUse`` reports it as the approval's outcome
+    (``executed``, the SHA-256 of the tool's response), with a receipt linked to the decision's; its
+    ``PostToolUseFailure`` as ``failed`` with the error. Nothing is printed and nothing blocks; a call
+    nobody was asked about records nothing."""
+    from hitl_mcp.gate.hooks import claude_code
+    from hitl_mcp.gate.outcome import outcome_of
+
+    setup = Setup(tmp_path)
+    ran = event("claude-code-posttooluse.json")
+    failed = event("claude-code-posttoolusefailure.json", tool_use_id="toolu_02FAILED")
+    async with server_process(serve_args(setup.config, "--transport", "http"), setup.env):
+        (_, allowed, _), request = await hook_answered(
+            setup, "claude-code", event("claude-code-pretooluse.json"), "approve"
+        )
+        assert allowed["hookSpecificOutput"]["permissionDecision"] == "allow"
+        code, out, err = await setup.hook("claude-code", ran)
+        assert (code, out) == (0, None), err
+        (_, allowed, _), other = await hook_answered(
+            setup,
+            "claude-code",
+            event("claude-code-pretooluse.json", tool_use_id="toolu_02FAILED"),
+            "approve",
+        )
+        code, out, err = await setup.hook("claude-code", failed)
+        assert (code, out) == (0, None), err
+        # a call no person approved through this hook (no note): nothing to record, and no complaint
+        code, out, err = await setup.hook(
+            "claude-code", event("claude-code-posttooluse.json", tool_use_id="toolu_03")
+        )
+        assert (code, out, err) == (0, None, "")
+        async with setup.api() as api:
+            audit = (await api.get(f"/api/requests/{request['id']}")).json()["audit"]
+            receipts = (await api.get(f"/api/requests/{request['id']}/receipt")).json()["receipts"]
+            failed_audit = (await api.get(f"/api/requests/{other['id']}")).json()["audit"]
+    (executed,) = [row for row in audit if row["event"] == "outcome_reported"]
+    assert executed["data"]["status"] == "executed"
+    assert executed["data"]["result_sha256"] == outcome_of(claude_code.parse(ran))["result_sha256"]
+    assert [r["kind"] for r in receipts] == ["hitl.decision", "hitl.outcome"]
+    (error,) = [row for row in failed_audit if row["event"] == "outcome_reported"]
+    assert error["data"]["status"] == "failed" and "failed to push" in error["data"]["summary"]
+    # the note is used once: the same event again records nothing more (the server would refuse it)
+    assert not any((setup.state_dir / "hook-calls").iterdir())

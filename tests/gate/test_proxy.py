@@ -9,6 +9,7 @@ proxy's JSON API (it serves the inbox beside stdio, as ``hitl-mcp serve`` does).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -468,3 +469,26 @@ async def test_a_rule_lets_a_gated_call_through_and_a_pause_refuses_it(tmp_path:
         assert gate.marks() == ["db plain"]
     code, listed, _ = await cli(gate.state_dir, "rules", "list", "--json")
     assert [r["fired"] for r in json.loads(listed)] == [1]
+
+
+async def test_the_proxy_records_the_outcome_of_what_it_forwarded(tmp_path: Path) -> None:
+    """What happened after the approval, recorded by the proxy itself before the host hears it: the
+    upstream's answer as ``executed`` with the SHA-256 of its result, its failure as ``failed`` with
+    the error; each with a second receipt, linked to the decision's."""
+    gate = Gate(tmp_path, "default: ask\nunannotated: ask\n")
+    async with connected(gate.params(MARKER)) as client:
+        done, done_id = await answered_call(gate, client, "touch", {"name": "db"}, "approve")
+        crashed, crashed_id = await answered_call(gate, client, "crash", {}, "approve")
+        finished = await gate.request(done_id)
+        failed = await gate.request(crashed_id)
+        async with gate.api() as api:
+            listed = (await api.get(f"/api/requests/{done_id}/receipt")).json()["receipts"]
+    assert not done.is_error and crashed.is_error
+    (executed,) = [row for row in finished["audit"] if row["event"] == "outcome_reported"]
+    assert executed["actor"] == "proxy" and executed["data"]["status"] == "executed"
+    wired = done.model_dump(by_alias=True, mode="json", exclude_none=True)
+    digest = hashlib.sha256(json.dumps(wired, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert executed["data"]["result_sha256"] == digest
+    (error,) = [row for row in failed["audit"] if row["event"] == "outcome_reported"]
+    assert error["data"]["status"] == "failed" and "went away" in error["data"]["summary"]
+    assert [r["kind"] for r in listed] == ["hitl.decision", "hitl.outcome"]

@@ -103,7 +103,7 @@ async def test_ext_tasks_a_denied_call_completes_with_the_refusal(tmp_path: Path
     gate = Gate(tmp_path, "default: ask\n")
     seen = await ts_gate(gate, "gate", MARKER, "touch", {"name": "db"}, HITL_DECISION="deny")
     result = seen["result"]
-    assert result["isError"] is True and result["content"][0]["text"].startswith("denied by web inbox user")
+    assert result["isError"] is True and result["content"][0]["text"].startswith("denied by operator")
     assert gate.marks() == []
 
 
@@ -150,7 +150,7 @@ async def test_core_tasks_approved_denied_and_allowed_calls(tmp_path: Path) -> N
         await gate.reply(denied["taskId"], "deny", "not today")
         refused = await raw(client, "tasks/result", {"taskId": denied["taskId"]})
         assert refused["isError"] is True
-        assert refused["content"][0]["text"] == "denied by web inbox user: not today"
+        assert refused["content"][0]["text"] == "denied by operator: not today"
 
         # a call the policy allows still gets the task it asked for: this process's, not a request
         allowed = await core_task(client, "get-sum", {"a": 2, "b": 3})

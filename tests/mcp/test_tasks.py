@@ -342,6 +342,7 @@ async def test_core_tasks_are_advertised_only_on_2025_11_25(state_dir: Path) -> 
                 "wait_for_response": "optional",
                 "notify_user": None,
                 "cancel_request": None,
+                "report_outcome": None,
             }
         async with Client(rt.build_mcp(), mode=MODERN) as modern:
             assert all(t.execution is None for t in (await modern.list_tools()).tools)

@@ -98,6 +98,6 @@ async def test_progress_counts_whole_seconds(state_dir: Path) -> None:
 async def test_tool_descriptions_are_dedented(state_dir: Path) -> None:
     async with running(state_dir) as rt, Client(rt.build_mcp(), mode="legacy") as client:
         tools = (await client.list_tools()).tools
-    assert len(tools) == 5
+    assert len(tools) == 6
     for tool in tools:
         assert tool.description and not any(line.startswith(" ") for line in tool.description.splitlines())

@@ -245,6 +245,7 @@ async def test_tools_list_has_described_inputs_and_outcome_schema(state_dir: Pat
             "notify_user",
             "wait_for_response",
             "cancel_request",
+            "report_outcome",
         }
         for tool in tools.values():
             assert tool.description
@@ -271,6 +272,7 @@ async def test_no_tool_reads_as_destructive_and_each_has_a_title(state_dir: Path
         "notify_user": ("Notify the user", False, None),
         "wait_for_response": ("Wait for a response", False, True),
         "cancel_request": ("Cancel a request", False, True),
+        "report_outcome": ("Report what happened", False, True),
     }
 
 

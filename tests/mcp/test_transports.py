@@ -204,7 +204,7 @@ def test_stdio_start_loads_only_what_tools_list_needs(tmp_path: Path, state_dir:
         assert "result" in json.loads(server.stdout.readline())
         server.stdin.write(json.dumps(INITIALIZED) + "\n" + json.dumps(TOOLS_LIST) + "\n")
         server.stdin.flush()
-        assert len(json.loads(server.stdout.readline())["result"]["tools"]) == 5
+        assert len(json.loads(server.stdout.readline())["result"]["tools"]) == 6
         server.stdin.close()  # the host leaves: the server ends, and says what it had loaded
         assert server.wait(30) == 0
     finally:

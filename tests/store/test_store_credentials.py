@@ -94,12 +94,13 @@ async def test_owners_from_before_principals_become_stdio_hosts(tmp_path: Path) 
     db.execute("UPDATE rules SET agent = 'claude-code' WHERE agent = 'x'")
     db.execute("DROP TABLE credentials")
     # and what the migrations after it added (previews; people sign in: sessions' person, sign counts,
-    # proofs)
+    # proofs; receipts)
     db.executescript(
         "ALTER TABLE requests DROP COLUMN preview; ALTER TABLE requests DROP COLUMN preview_sha256;"
         "ALTER TABLE replies DROP COLUMN preview_sha256;"
         "ALTER TABLE web_sessions DROP COLUMN person; DROP TABLE sign_counts;"
         " ALTER TABLE replies DROP COLUMN proof;"
+        "DROP TABLE receipts; ALTER TABLE requests DROP COLUMN receipt;"
     )
     before = next(i for i, m in enumerate(MIGRATIONS) if "CREATE TABLE credentials" in m)
     db.execute(f"PRAGMA user_version = {before}")

@@ -1,9 +1,8 @@
 """The broker: ask, wait, resolve, cancel, expire. The heart, with no I/O of its own.
 
 A request is a row; a waiting coroutine is only a view on it. Within one process a resolution
-wakes its waiters at once; a resolution written by another process sharing the database is seen
-by the change feed (woken by ``store.changed()``: a notification on PostgreSQL, a 0.5 s poll on SQLite)
-or at the waiter's next heartbeat.
+wakes its waiters at once; one written by another process sharing the database is seen by the change
+feed (``store.changed()``: a PostgreSQL notification, a 0.5 s poll on SQLite) or the next heartbeat.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import anyio
 from hitl_mcp.broker.digests import held_until
 from hitl_mcp.broker.outbox import Outbox, silent_channels
 from hitl_mcp.broker.previews import refuse_unseen, with_preview
+from hitl_mcp.broker.reports import BrokerReports
 from hitl_mcp.broker.routing import BrokerRouting
 from hitl_mcp.broker.rules import BrokerRules
 from hitl_mcp.broker.views import BrokerViews
@@ -76,7 +76,7 @@ SWEEP_SECONDS = 30.0
 OnTick = Callable[[float], Awaitable[None]]
 
 
-class Broker(BrokerRouting, BrokerRules, BrokerViews):
+class Broker(BrokerRouting, BrokerRules, BrokerViews, BrokerReports):
     def __init__(
         self,
         store: Engine,

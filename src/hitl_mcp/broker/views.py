@@ -16,7 +16,7 @@ from hitl_mcp.core.audit import AuditRow
 from hitl_mcp.core.delegation import Delegation
 from hitl_mcp.core.errors import NotFound
 from hitl_mcp.core.models import Kind, Request, Status, now
-from hitl_mcp.core.store import DeliveryRow, History, Lease, ReplyRow, Store, StoreError
+from hitl_mcp.core.store import CredentialRow, DeliveryRow, History, Lease, ReplyRow, Store, StoreError
 
 if TYPE_CHECKING:
     from hitl_mcp.core.escalation import Policy
@@ -70,6 +70,17 @@ class BrokerViews:
 
     async def try_lease(self, name: str) -> Lease | None:
         return await self.store.try_lease(name)
+
+    async def live_credentials(self, kind: str) -> list[CredentialRow]:
+        """The live stored credentials of ``kind``, oldest first (the webpush channel's devices)."""
+        at = now()
+        rows = await self.store.credentials(kind)
+        live = [r for r in rows if r.revoked_at is None and (r.expires_at is None or r.expires_at > at)]
+        return live[::-1]
+
+    async def revoke_credential(self, kind: str, name: str, actor: str) -> bool:
+        """Revoke one (a push subscription its push service no longer knows), audited."""
+        return await self.store.revoke_credential(kind, name, actor) is not None
 
     async def get_or_raise(self, request_id: str) -> Request:
         request = await self.store.get(request_id)

@@ -9,6 +9,7 @@ For one release, ``--config`` without ``--policy`` still names the policy file (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -150,18 +151,18 @@ def find_server(args: argparse.Namespace) -> Server:
     state_dir = Path(resolve_state_dir(config, args.state_dir))
     url = args.url.rstrip("/") if args.url else local_address(config, state_dir, mcp=True)
     if os.environ.get("HITL_AGENT_TOKEN"):  # an agent's own token (hitl-mcp agent add)
-        return Server(url, os.environ["HITL_AGENT_TOKEN"])
+        return Server(url, os.environ["HITL_AGENT_TOKEN"], state_dir)
     web = next((c for c in config.channels.values() if c.type == "web"), None)
     secret = getattr(web, "token", None)
     if secret is not None:
-        return Server(url, secret.get_secret_value())
+        return Server(url, secret.get_secret_value(), state_dir)
     if os.environ.get("HITL_WEB_TOKEN"):
-        return Server(url, os.environ["HITL_WEB_TOKEN"])
+        return Server(url, os.environ["HITL_WEB_TOKEN"], state_dir)
     try:
         token = (state_dir / TOKEN_FILE).read_text().strip()
     except OSError:
         token = ""
-    return Server(url, token or None)
+    return Server(url, token or None, state_dir)
 
 
 class Said:
@@ -199,7 +200,7 @@ class Said:
 
 def cmd_hook(args: argparse.Namespace) -> int:
     from hitl_mcp.gate.hook import GRACE, MAX_EVENT, MODULES, first_line
-    from hitl_mcp.gate.hooks import BadEvent
+    from hitl_mcp.gate.hooks import AFTER, BadEvent
 
     host = import_module(f"hitl_mcp.gate.hooks.{MODULES[args.host]}")
     on_failure: Verdict = args.on_failure
@@ -224,6 +225,8 @@ def cmd_hook(args: argparse.Namespace) -> int:
         # exit 2 blocks the call in both hosts, with stderr as the reason
         print(f"hitl-mcp hook: {exc}", file=sys.stderr)
         return 2
+    if call.event in AFTER:
+        return _after(args, call)
     said = Said(host, call)
     late = f"hitl-mcp: no answer from the person within {args.timeout:g} s"
     timer = said.watchdog(args.timeout + GRACE, on_failure, late)
@@ -240,6 +243,7 @@ def cmd_hook(args: argparse.Namespace) -> int:
 def _decided(args: argparse.Namespace, call: HookCall, on_failure: Verdict) -> tuple[Verdict, str]:
     from hitl_mcp.config import ConfigError
     from hitl_mcp.gate.hook import decide
+    from hitl_mcp.gate.outcome import remember
     from hitl_mcp.gate.policy import load_policy
 
     try:
@@ -251,4 +255,28 @@ def _decided(args: argparse.Namespace, call: HookCall, on_failure: Verdict) -> t
     except ConfigError as exc:
         print(f"hitl-mcp hook: config error: {exc}", file=sys.stderr)
         server = None
-    return decide(policy, call, args.host, server, args.timeout, on_failure)
+    found = server
+
+    def approved_by(request_id: str) -> None:  # a note for the after hook (gate/outcome.py)
+        if found is not None and found.state_dir is not None:
+            with contextlib.suppress(OSError):
+                remember(found.state_dir, args.host, call, request_id)
+
+    return decide(policy, call, args.host, server, args.timeout, on_failure, approved_by)
+
+
+def _after(args: argparse.Namespace, call: HookCall) -> int:
+    """PostToolUse: the outcome of a call a person approved, reported; never blocks (exit 0)."""
+    from hitl_mcp.config import ConfigError
+    from hitl_mcp.gate.outcome import record_after
+
+    try:
+        server = find_server(args)
+    except ConfigError as exc:
+        print(f"hitl-mcp hook: config error: {exc}", file=sys.stderr)
+        return 0
+    if server.state_dir is not None:
+        problem = record_after(server, server.state_dir, args.host, call)
+        if problem:
+            print(f"hitl-mcp hook: {problem}", file=sys.stderr)
+    return 0

@@ -24,6 +24,7 @@ from hitl_mcp.cli import agents as cli_agents
 from hitl_mcp.cli import gate as gate_cli
 from hitl_mcp.cli import oauth as cli_oauth
 from hitl_mcp.cli import people as cli_people
+from hitl_mcp.cli import receipts as cli_receipts
 from hitl_mcp.cli import rules as cli_rules
 from hitl_mcp.cli.delegate import add_delegate, cmd_delegate
 from hitl_mcp.cli.requests import (
@@ -194,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_agents.add_commands(command, common)
     cli_oauth.add_commands(command, common)
     cli_people.add_commands(command, common)
+    cli_receipts.add_commands(command, common)
     gate_cli.add_proxy(command("proxy", gate_cli.cmd_proxy, "put another MCP server's tools behind approval"))
     gate_cli.add_hook(command("hook", gate_cli.cmd_hook, "answer a host's permission prompt from a hook"))
     return parser

@@ -1,9 +1,11 @@
-"""``hitl-mcp people invite|passkeys``: people of ``people:`` sign in to the inbox with passkeys.
+"""``hitl-mcp people invite|passkeys|devices``: people of ``people:`` sign in to the inbox with passkeys,
+and turn on Web Push in it.
 
 ``invite NAME`` makes a one-time enrolment link that expires (``--ttl``, 24 h by default): opened on
 the person's laptop or phone, it registers a passkey for them, once. A new invite replaces the one
 before. ``passkeys NAME`` lists a person's passkeys; ``--remove ID`` removes one (its sign-ins and
-step-ups are refused from then on). Each change is an audit row.
+step-ups are refused from then on). ``devices NAME`` lists the browsers where NAME (or ``operator``)
+turned notifications on; ``--remove ID`` turns one off. Each change is an audit row.
 """
 
 from __future__ import annotations
@@ -35,7 +37,13 @@ def add_commands(command: Command, common: Callable[[argparse.ArgumentParser], N
     keys.add_argument("name", help="the person")
     keys.add_argument("--remove", metavar="ID", help="remove this passkey (its ID as the list shows it)")
     keys.add_argument("--json", action="store_true", help="print JSON")
-    for shared in (invite, keys):
+    devices = verbs.add_parser(
+        "devices", help="list the browsers where a person turned push on, or remove one"
+    )
+    devices.add_argument("name", help="the person, or operator")
+    devices.add_argument("--remove", metavar="ID", help="turn this device off (its ID as the list shows it)")
+    devices.add_argument("--json", action="store_true", help="print JSON")
+    for shared in (invite, keys, devices):
         common(shared)
 
 
@@ -43,6 +51,8 @@ def cmd_people(args: argparse.Namespace) -> int:
     from hitl_mcp.web.passkeys import INVITE, PASSKEY, Passkey
 
     config, _ = config_and_state(args)
+    if args.verb == "devices":
+        return cmd_devices(args, list(config.people))
     if args.name not in config.people:
         known = ", ".join(config.people) or "none are configured"
         raise CliError(f"no person {one_line(args.name)!r} in the config's people: ({known})")
@@ -85,7 +95,13 @@ def cmd_people(args: argparse.Namespace) -> int:
             keys = [Passkey.of(r.name, r.data, r.created_at) for r in live]
             if args.json:
                 listed = [
-                    {"id": k.name.split("/", 1)[1], "label": k.label, "added": iso(k.created_at)}
+                    {
+                        "id": k.name.split("/", 1)[1],
+                        "label": k.label,
+                        "added": iso(k.created_at),
+                        "credential_id": k.credential_id,
+                        "public_key": k.public_key,
+                    }
                     for k in keys
                 ]
                 print(json.dumps(listed, indent=2))
@@ -95,6 +111,40 @@ def cmd_people(args: argparse.Namespace) -> int:
                 print(
                     f"{key.name.split('/', 1)[1]:<10} {one_line(key.label):<24} added {iso(key.created_at)}"
                 )
+        return 0
+
+    return run(go)
+
+
+def cmd_devices(args: argparse.Namespace, people: list[str]) -> int:
+    from hitl_mcp.channels.webpush.devices import OPERATOR_HOLDER
+    from hitl_mcp.web.devices import listed, turn_off
+
+    if args.name not in people and args.name != OPERATOR_HOLDER:
+        known = ", ".join(people) or "none are configured"
+        raise CliError(f"no person {one_line(args.name)!r} in the config's people: ({known}), nor operator")
+
+    async def go() -> int:
+        async with open_broker(args) as broker:
+            devices = [d for d in await listed(broker) if d["holder"] == args.name]
+            if args.remove:
+                found = [d for d in devices if d["id"] == args.remove]
+                if not found:
+                    raise CliError(
+                        f"{args.name} has no device {one_line(args.remove)!r} "
+                        f"(see: hitl-mcp people devices {args.name})"
+                    )
+                await turn_off(broker, found[0]["name"], actor())
+                print(f"turned off {args.name}'s device {args.remove}: no more pushes, its buttons stop")
+                return 0
+            if args.json:
+                shown = [{k: v for k, v in d.items() if k != "name"} for d in devices]
+                print(json.dumps([{**d, "created_at": iso(d["created_at"])} for d in shown], indent=2))
+            elif not devices:
+                print(f"{args.name} has no device with push on: it is turned on in the inbox (Devices)")
+            for d in devices if not args.json else []:
+                label = one_line(d["label"] or "a browser")
+                print(f"{d['id']:<16} {label:<20} via {d['service']:<28} since {iso(d['created_at'])}")
         return 0
 
     return run(go)

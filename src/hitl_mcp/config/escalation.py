@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from hitl_mcp.config.errors import KeyPath, _show
-from hitl_mcp.core.ladders import TERMINAL, LadderConfig, Person
+from hitl_mcp.core.ladders import ON, TERMINAL, LadderConfig, Person
 from hitl_mcp.core.quorum import Quorum
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
@@ -38,6 +38,8 @@ class Choice(BaseModel):
 
 #: identities a person may have besides their channels': ``oauth``, the subject of their access tokens
 IDENTITIES = ("oauth",)
+#: the channel type whose people key is ``true`` (no identity: the person's own devices)
+PUSH = "webpush"
 
 
 def check(
@@ -68,6 +70,13 @@ def check(
                         f"the OS user); {known_channels}",
                     )
                 )
+            elif (channels.get(key, key) == PUSH) != (person[key] == ON):
+                said = (
+                    f"{_show(key)} takes true: Web Push reaches the devices the person turned on"
+                    if channels.get(key, key) == PUSH
+                    else f"true is only for a webpush channel: give the person's identity on {_show(key)}"
+                )
+                problems.append((("people", name, key), said))
     for name, ladder in escalation.items():
         for i, step in enumerate(ladder.steps):
             for j, channel in enumerate(step.notify or ()):

@@ -146,6 +146,10 @@ class ServerConfig(Section):
     audit_anchor: AuditAnchorConfig = Field(default_factory=AuditAnchorConfig)
     cli: CliConfig = Field(default_factory=CliConfig)
     request_state_key: StateKey = None
+    receipt_key: SecretStr | None = None
+    """The Ed25519 key that signs receipts (32 bytes, base64url: ``hitl-mcp receipt key`` makes one);
+    ``$HITL_RECEIPT_KEY`` too; else one made in the state directory. Each replica signs with its own
+    or a shared one; every key used is published at ``/.well-known/jwks.json``."""
     """Seals 2026-07-28 round-trip state, the same on every replica (``state_key.py``)."""
     oauth: OAuthConfig | None = None
     """OAuth 2.1 for remote hosts (claude.ai, ChatGPT): an external provider or the built-in one."""

@@ -25,6 +25,9 @@ __all__ = ["TERMINAL", "TERMINAL_CHANNEL", "Choice", "Policy"]
 
 #: the channel the CLI's answers are recorded under
 TERMINAL_CHANNEL = "cli"
+#: channel types whose verified identity is the person signed in to the inbox, by name: the inbox,
+#: and Web Push (its buttons carry a token bound to the person who turned notifications on)
+SIGNED_IN = ("web", "webpush")
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,13 @@ class Policy:
             return stands_for(person, request.to, self.delegates)
         return None
 
+    def asked_of(self, request: Request) -> list[str]:
+        """Everyone ``request`` is asked of: its ``to``, a quorum's approvers, and the people its
+        ladder goes on to (``notify_people``: the escalation's someone else, who may answer it too)."""
+        ladder, _ = self.choose(request.kind, request.risk)
+        later = [p for step in (ladder.steps if ladder else []) for p in step.notify_people or []]
+        return [*(request.to or []), *(request.approvals.of if request.approvals else []), *later]
+
     def asked(
         self, kind: Kind, risk: str | None, channels: Sequence[str] | None, to: Sequence[str] | None
     ) -> list[str] | None:
@@ -117,12 +127,13 @@ class Policy:
     def person_of(self, channel: str, identity: str | None) -> str | None:
         """Whose verified identity this is on this channel (compared without case: e-mail addresses).
         At the terminal (the CLI's answers) it is the OS user, under the person's ``terminal`` key; in
-        the inbox (a channel of type ``web``) the person signed in, by name."""
+        the inbox (a channel of type ``web``) and from its pushes (``webpush``) the person signed in,
+        by name."""
         if identity is None:
             return None
         if channel == TERMINAL_CHANNEL:
             key = TERMINAL
-        elif self.types.get(channel) == "web":
+        elif self.types.get(channel) in SIGNED_IN:
             return identity if identity in self.people else None
         else:
             key = channel

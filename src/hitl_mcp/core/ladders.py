@@ -18,7 +18,10 @@ _PERCENT = re.compile(r"\s*(\d+(?:\.\d+)?)\s*%\s*")
 
 
 def _address(value: Any) -> Any:
-    """A channel identity: a string, or a number (a Telegram user id) kept as its digits."""
+    """A channel identity: a string, or a number (a Telegram user id) kept as its digits; ``true``
+    for a channel that needs none (``webpush``: the person's own devices), kept as ``"on"``."""
+    if value is True:
+        return ON
     if isinstance(value, bool) or value is None:
         raise PydanticCustomError("address", "expected the person's identity on that channel")
     if isinstance(value, int):
@@ -26,6 +29,8 @@ def _address(value: Any) -> Any:
     return value
 
 
+#: the identity ``true`` stands for
+ON = "on"
 Address = Annotated[str, BeforeValidator(_address), Field(min_length=1)]
 Person = dict[str, Address]
 #: the key of a person (``people:``) that names their OS user, whose answers at the terminal (the

@@ -119,6 +119,8 @@ class Request(BaseModel):
     """The person asked whom ``person`` answered for, as their delegate."""
     votes: list[Vote] = Field(default_factory=list)
     """For a quorum: the votes counted, in order."""
+    receipt: str | None = None
+    """Once settled: the signed receipt of the decision (a compact JWS, ``core/receipts.py``)."""
 
     @property
     def progress(self) -> str | None:
@@ -247,6 +249,11 @@ class Outcome(BaseModel):
     )
     asked_at: str
     answered_at: str | None = None
+    receipt: str | None = Field(
+        None,
+        description="Once settled: the server's signed receipt of the decision (a compact JWS, Ed25519; "
+        "its keys at /.well-known/jwks.json). Keep it with what you did.",
+    )
     waited_seconds: float = Field(description="How long this call waited.")
     next_step: str = Field(description="What to do now, in one sentence.")
 
@@ -260,6 +267,27 @@ class NotifyResult(BaseModel):
         description="Channels that hold the notification for their digest, each with when it goes: "
         '[{"channel", "at"}] (an ISO 8601 time).',
     )
+
+
+OutcomeStatus = Literal["executed", "failed", "skipped"]
+
+
+class ReportedOutcome(BaseModel):
+    """What ``report_outcome`` recorded: what happened after the decision, and its signed receipt."""
+
+    request_id: str
+    decision: str = Field(
+        description="What the person decided: approved, denied, answered, expired or cancelled."
+    )
+    status: OutcomeStatus
+    summary: str | None = None
+    result_sha256: str | None = None
+    flagged: str | None = Field(
+        None, description="Set when what was reported does not fit the decision (executed without approval)."
+    )
+    receipt: str | None = Field(None, description="The outcome's signed receipt (a compact JWS).")
+    decision_receipt: str | None = Field(None, description="The decision's signed receipt it is linked to.")
+    reported_at: str
 
 
 @dataclass(frozen=True)

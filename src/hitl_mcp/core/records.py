@@ -131,3 +131,18 @@ class Change:
     seq: int
     request_id: str | None
     event: str
+
+
+@dataclass(frozen=True)
+class ReceiptRow:
+    """A signed receipt (``core/receipts.py``): a settled request's decision, or an outcome reported
+    after it, chained per signing key (``kid``)."""
+
+    id: int
+    kind: str
+    request_id: str
+    kid: str
+    receipt_id: str
+    hash: str
+    token: str
+    created_at: float

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from hitl_mcp.core.durations import format_duration
-from hitl_mcp.core.models import Kind, NotifyResult, Outcome, OutcomeVote, Request, Status, iso, now
+from hitl_mcp.core.models import (
+    Kind,
+    NotifyResult,
+    Outcome,
+    OutcomeVote,
+    ReportedOutcome,
+    Request,
+    Status,
+    iso,
+    now,
+)
 from hitl_mcp.core.quorum import Vote
 from hitl_mcp.core.rules import rule_of
 from hitl_mcp.core.wording import verdict
@@ -35,6 +45,7 @@ def to_outcome(
         rule=rule_of(request.responder, request.channel) if request.kind == Kind.APPROVAL else None,
         asked_at=iso(request.created_at) or "",
         answered_at=iso(request.closed_at),
+        receipt=request.receipt,
         waited_seconds=round(waited_seconds, 3),
         next_step=next_step(request, undelivered, inbox_url),
     )
@@ -160,3 +171,11 @@ def describe_notification(result: NotifyResult) -> str:
         sent = (sent + " " if result.delivered else "") + f"Queued for the digest on {held}."
     failed = "; ".join(f"{f['channel']}: {f['error']}" for f in result.failed)
     return sent + (f" Failed: {failed}." if failed else "")
+
+
+def describe_report(done: ReportedOutcome) -> str:
+    """What ``report_outcome`` says to the model."""
+    what = f"Recorded: {done.status} after the request was {done.decision}."
+    if done.flagged:
+        what = f"Recorded, and FLAGGED ({done.flagged}): {done.status} after the request was {done.decision}."
+    return what + (" The signed receipt is in the result." if done.receipt else "")

@@ -22,6 +22,7 @@ from hitl_mcp.core.records import (
     DeliveryRow,
     KeyConflict,
     PlannedStep,
+    ReceiptRow,
     ReplyRow,
     RuleRow,
     StepRow,
@@ -38,6 +39,7 @@ __all__ = [
     "KeyConflict",
     "Lease",
     "PlannedStep",
+    "ReceiptRow",
     "ReplyRow",
     "RuleRow",
     "StepRow",
@@ -275,6 +277,15 @@ class Store(Protocol):
         None when there is none."""
         ...
 
+    async def report_outcome(
+        self, request_id: str, report: dict[str, Any], actor: str
+    ) -> tuple[Request, ReceiptRow | None] | None:
+        """Record what happened after a settled request (``report``: status, summary, result hash,
+        who reported, flagged), as an ``outcome_reported`` audit row and, with a sealer, a second
+        receipt linked to the decision's, in one transaction. None when there is no such request;
+        ``KeyConflict`` when its outcome was reported already (once per request)."""
+        ...
+
     async def resume_pause(
         self, expected: str, seconds: float, actor: str, data: dict[str, Any]
     ) -> int | None:
@@ -343,6 +354,17 @@ class History(Protocol):
     async def count_events(self, event: str, request_ids: Collection[str]) -> dict[str, int]:
         """How many audit rows of ``event`` each of these requests has (absent: none); one query,
         for a page of requests (the inbox's "asked 3 times")."""
+        ...
+
+    async def receipts(self, request_id: str) -> builtins.list[ReceiptRow]:
+        """A request's receipts: its decision's, then its outcomes', oldest first."""
+        ...
+
+    async def receipts_between(
+        self, start: float, end: float, after: int = 0, limit: int = 1000
+    ) -> builtins.list[ReceiptRow]:
+        """Receipts made in ``[start, end)``, by id after ``after``: an export reads them a page at a
+        time."""
         ...
 
     async def all_requests(self) -> builtins.list[Request]:

@@ -114,6 +114,18 @@ async def finished(broker: Broker, request_id: str, by: str, result: dict[str, A
     await broker.state_set(STATE, _key(request_id), json.dumps(value))
 
 
+async def report(broker: Broker, request: Request, result: dict[str, Any], cancelled: bool, by: str) -> None:
+    """The approval's outcome, as ``report_outcome`` records it (an audit row and a receipt linked to
+    the decision's): ``executed`` with the result's SHA-256 when the upstream answered, ``failed``
+    with its error when it refused, or when the call was cancelled while the upstream ran."""
+    text = " ".join(c.get("text", "") for c in result.get("content", []) if isinstance(c, dict))[:300]
+    failed = cancelled or bool(result.get("isError"))
+    tool = request.payload.get("tool") if isinstance(request.payload, dict) else None
+    summary = f"{by} called {tool}: {text if failed else 'the upstream answered'}"
+    digest = hashlib.sha256(json.dumps(result, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    await broker.report_outcome(request, "failed" if failed else "executed", summary, digest, by)
+
+
 async def ask(broker: Broker, spec: AskSpec, upstream: str) -> tuple[Request, bool]:
     """The request for this call: an approval not yet used for the same principal, upstream and
     payload, else a pending one (the broker's dedupe), else a new one; and whether it is new."""

@@ -127,10 +127,10 @@ class Forward:
         self.finished_at = now()
         for question in self.questions:
             question.settle(ErrorData(code=-32800, message="the call ended"))
-        self._fire()
-        if self.on_done is not None:
+        if self.on_done is not None:  # recorded (the outcome and its receipt) before the host hears it
             with anyio.CancelScope(shield=True):
                 await self.on_done(self)
+        self._fire()
 
     def cancel(self) -> None:
         if self._scope is not None:

@@ -19,7 +19,9 @@ the operator (the web token, found as the server finds it).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -41,6 +43,9 @@ GRACE = 1.0
 class Server:
     url: str
     token: str | None
+    state_dir: Path | None = None
+    """The state directory of the config, as found here: where an approved call's note is left for
+    the after hook (``outcome.py``)."""
 
 
 class Unanswered(Exception):
@@ -49,8 +54,9 @@ class Unanswered(Exception):
 
 async def ask_person(
     server: Server, call: HookCall, decision: Decision, host: str, seconds: float
-) -> tuple[bool, str]:
-    """Ask through the server and wait; (approved, the reason to show). Raises ``Unanswered``."""
+) -> tuple[bool, str, str]:
+    """Ask through the server and wait; (approved, the reason to show, the request's id). Raises
+    ``Unanswered``."""
     payload = {"tool": call.tool, "arguments": call.arguments}
     arguments: dict[str, Any] = {
         "action": decision.description,
@@ -81,14 +87,15 @@ async def ask_person(
             outcome = await _asked(server, arguments, headers, host, seconds, deadline)
     except TimeoutError:
         raise Unanswered(f"no answer from the person within {seconds:g} s") from None
+    rid = str(outcome.get("request_id"))
     if outcome.get("approved") is True:
-        return True, f"approved by {outcome.get('responder') or 'the person'} (hitl-mcp)"
+        return True, f"approved by {outcome.get('responder') or 'the person'} (hitl-mcp)", rid
     status = outcome.get("status")
     if status != "answered":
         because = f" ({outcome['comment']})" if status == "cancelled" and outcome.get("comment") else ""
-        return False, f"not approved: the request was {status} before anyone answered{because}"
+        return False, f"not approved: the request was {status} before anyone answered{because}", rid
     comment = f": {outcome['comment']}" if outcome.get("comment") else ""
-    return False, f"denied by {outcome.get('responder') or 'the person'}{comment}"
+    return False, f"denied by {outcome.get('responder') or 'the person'}{comment}", rid
 
 
 async def _asked(
@@ -144,8 +151,16 @@ def first_line(exc: BaseException) -> str:
 
 
 def decide(
-    policy: Policy, call: HookCall, host: str, server: Server | None, timeout: float, on_failure: Verdict
+    policy: Policy,
+    call: HookCall,
+    host: str,
+    server: Server | None,
+    timeout: float,
+    on_failure: Verdict,
+    approved_by: Callable[[str], None] | None = None,
 ) -> tuple[Verdict, str]:
+    """The verdict and its reason; ``approved_by`` is told the request's id when a person approved
+    (the after hook reports the outcome to it: ``outcome.py``)."""
     decision = policy.decide(call.tool, call.arguments)
     if decision.action == "allow":
         return "allow", "allowed by the hitl-mcp policy"
@@ -154,7 +169,9 @@ def decide(
     try:
         if server is None:
             raise Unanswered("no hitl-mcp server is configured")
-        approved, reason = anyio.run(ask_person, server, call, decision, host, timeout)
+        approved, reason, request_id = anyio.run(ask_person, server, call, decision, host, timeout)
     except Unanswered as exc:
         return on_failure, f"hitl-mcp: {exc}"
+    if approved and approved_by is not None:
+        approved_by(request_id)
     return ("allow" if approved else "deny"), reason

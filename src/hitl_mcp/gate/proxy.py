@@ -367,6 +367,7 @@ class ProxyServer(MCPServer):
         async def done(forward: Forward) -> None:
             try:
                 await approval.finished(broker, request.id, self.process, forward.result if as_task else None)
+                await approval.report(broker, request, forward.result or {}, forward.cancelled, "proxy")
             except Exception as exc:  # the store is failing: the result is still in memory here
                 log.warning("hitl-mcp proxy: could not record how %s ended: %s", request.id, exc)
 

@@ -19,10 +19,12 @@ restart forgets.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from hitl_mcp.core.errors import BrokerError
 from hitl_mcp.core.models import Request, Status, iso, now
 from hitl_mcp.gate import approval
 from hitl_mcp.gate.forward import Forward, refusal, wire
@@ -146,6 +148,8 @@ class ProxyWork:
             return After(result=wire(refusal(text)))
         if now() - claim.at > self.proxy.upstream.timeout + CLAIM_GRACE:
             text = "the proxy that called the upstream stopped before it answered; it is not called again"
+            with contextlib.suppress(BrokerError):  # once: the first poll to find it records it
+                await approval.report(broker, request, wire(refusal(text)), True, "proxy")
             return After(result=wire(refusal(text)))
         return After(message="approved; another proxy process is calling the upstream")
 

@@ -26,8 +26,8 @@ from hitl_mcp import __version__
 from hitl_mcp.core.asks import AskSpec
 from hitl_mcp.core.durations import format_duration
 from hitl_mcp.core.errors import BrokerError
-from hitl_mcp.core.models import Kind, NotifyResult, Outcome, Request, canonical_json
-from hitl_mcp.core.results import describe_notification, to_outcome
+from hitl_mcp.core.models import Kind, NotifyResult, Outcome, ReportedOutcome, Request, canonical_json
+from hitl_mcp.core.results import describe_notification, describe_report, to_outcome
 from hitl_mcp.kit.state_key import request_state_keys
 from hitl_mcp.mcp import tool_args
 from hitl_mcp.mcp.call_context import Unauthenticated, client_name, form_state, principal_of, session_key
@@ -40,7 +40,10 @@ from hitl_mcp.mcp.tool_args import (
     IdempotencyKey,
     PeopleList,
     PreviewArg,
+    ReportStatus,
     RequestId,
+    ResultSha256,
+    Summary,
     TimeoutSeconds,
     WaitSeconds,
 )
@@ -338,6 +341,32 @@ def build_server(
             raise ToolError(f"request_id: {exc}") from None
         return tool_result(to_outcome(request, 0.0), request)
 
+    @register(
+        annotations=ToolAnnotations(
+            title="Report what happened", read_only_hint=False, destructive_hint=False, idempotent_hint=True
+        ),
+    )
+    async def report_outcome(
+        request_id: RequestId,
+        status: ReportStatus,
+        ctx: Context,
+        summary: Summary = None,
+        result_sha256: ResultSha256 = None,
+    ) -> Annotated[CallToolResult, ReportedOutcome]:
+        """Record what happened after a person's decision (once per request): the audit log and a
+        signed receipt linked to the decision's keep it. Report an approval you did not act on as
+        skipped; an approval that was not given but is reported executed is flagged."""
+        broker = await get_broker()
+        request = await mine(ctx, request_id)
+        try:
+            done = await broker.report_outcome(request, status, summary, result_sha256, owner(ctx))
+        except BrokerError as exc:
+            raise ToolError(f"request_id: {exc}") from None
+        return CallToolResult(
+            content=[TextContent(type="text", text=describe_report(done))],
+            structured_content=done.model_dump(mode="json"),
+        )
+
     tasks = TasksExtension(
         get_broker, forms, agent=settings.agent, inbox_url=inbox_url, poll_ms=settings.task_poll_ms
     )
@@ -353,7 +382,6 @@ def build_server(
 
 
 def _json_size(payload: Any) -> str:
-
     try:
         return canonical_json(payload)
     except (TypeError, ValueError) as exc:

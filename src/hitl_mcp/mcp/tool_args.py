@@ -27,7 +27,7 @@ import inspect
 import logging
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools.base import Tool
@@ -234,3 +234,11 @@ IdempotencyKey = Annotated[
     ),
 ]
 RequestId = Annotated[str, Field(min_length=1, max_length=64, description="The request_id a call returned.")]
+ReportStatus = Annotated[
+    Literal["executed", "failed", "skipped"],
+    Field(description="What you did after the decision: executed it, it failed, or you skipped it."),
+]
+Summary = Annotated[str | None, Field(max_length=4000, description="What happened, in a line or two.")]
+ResultSha256 = Annotated[
+    str | None, Field(pattern="^[0-9a-f]{64}$", description="SHA-256 (hex) of the result, if you keep it.")
+]

@@ -47,6 +47,7 @@ from hitl_mcp.core.store import (
     DeliveryRow,
     KeyConflict,
     PlannedStep,
+    ReceiptRow,
     ReplyRow,
     RuleRow,
     StepRow,
@@ -59,10 +60,12 @@ from hitl_mcp.store.rows import BODY_FIELDS, asked, created, preview_json, votes
 from hitl_mcp.store.rows import audit_row as _audit_row
 from hitl_mcp.store.rows import credential as _credential
 from hitl_mcp.store.rows import delivery as _delivery
+from hitl_mcp.store.rows import receipt as _receipt
 from hitl_mcp.store.rows import reply as _reply
 from hitl_mcp.store.rows import request as _request
 from hitl_mcp.store.rows import rule as _rule
 from hitl_mcp.store.rows import step as _step
+from hitl_mcp.store.seal import Sealed, Sealer, publish
 
 log = logging.getLogger("hitl_mcp.store")
 T = TypeVar("T")
@@ -234,9 +237,16 @@ class _Tx:
 
 class PostgresStore:
     def __init__(
-        self, url: str, anchor: Anchorer | None = None, pool_size: int = 10, listen: bool = True
+        self,
+        url: str,
+        anchor: Anchorer | None = None,
+        pool_size: int = 10,
+        listen: bool = True,
+        sealer: Sealer | None = None,
     ) -> None:
         self.url = url
+        self.sealer = sealer
+        """Signs each settled request's receipt in its settling transaction (None: no receipts)."""
         self.listen = listen
         """Keep a LISTEN connection for ``changed`` (a server); a one-shot command needs none."""
         self.where = redact(url)
@@ -268,6 +278,8 @@ class PostgresStore:
                 server_settings={"application_name": "hitl-mcp"},
             )
             await self._migrate()
+            if self.sealer is not None:
+                await publish(self, self.sealer)
             if self.listen:
                 self._listener = _Listener(self._connect, self.where)
                 await self._listener.start()
@@ -412,7 +424,7 @@ class PostgresStore:
         actor: str | None,
         data: dict[str, Any],
         at: float | None = None,
-    ) -> None:
+    ) -> tuple[int, str]:
         """Append one row to the chain (the transaction holds ``CHAIN_LOCK``), and notify."""
         row = await tx.conn.fetchrow("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
         seq, prev = (row["seq"] + 1, row["hash"]) if row else (1, GENESIS)
@@ -436,6 +448,38 @@ class PostgresStore:
             await tx.conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload[:1000])
         tx.head = (seq, digest)
         tx.settled = tx.settled or event in SETTLING_EVENTS
+        return seq, digest
+
+    async def _seal(self, tx: _Tx, request: Request, audit: tuple[int, str], at: float) -> Request:
+        """The settled request's receipt, chained to the previous one of this key, stored and kept on
+        the request row (in the settling transaction, which holds ``CHAIN_LOCK``: one chain per key
+        moves one receipt at a time); the request as it now stands."""
+        if self.sealer is None:
+            return request
+        previous = await tx.conn.fetchval(
+            "SELECT hash FROM receipts WHERE kid = $1 ORDER BY id DESC LIMIT 1", self.sealer.kid
+        )
+        rows = await tx.conn.fetch(
+            "SELECT proof FROM replies WHERE request_id = $1 AND proof IS NOT NULL ORDER BY id", request.id
+        )
+        sealed = self.sealer.decision(request, *audit, previous, at, [json.loads(r["proof"]) for r in rows])
+        await self._keep_receipt(tx, request.id, sealed, at)
+        await tx.conn.execute("UPDATE requests SET receipt = $1 WHERE id = $2", sealed.token, request.id)
+        return request.model_copy(update={"receipt": sealed.token})
+
+    @staticmethod
+    async def _keep_receipt(tx: _Tx, request_id: str, sealed: Sealed, at: float) -> None:
+        await tx.conn.execute(
+            "INSERT INTO receipts (kind, request_id, kid, receipt_id, hash, token, created_at)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            sealed.kind,
+            request_id,
+            sealed.kid,
+            sealed.receipt_id,
+            sealed.hash,
+            sealed.token,
+            at,
+        )
 
     async def record(
         self, request_id: str | None, event: str, actor: str | None, data: dict[str, Any]
@@ -683,10 +727,12 @@ class PostgresStore:
                 )
                 assert done is not None  # the row is pending and locked by this transaction
             await self._reply_row(tx, request_id, reply, at, plan.won, plan.reason)
-            await self._append(tx, request_id, plan.event, reply.responder, plan.data, at=at)
-            if plan.answer:
-                await self._queue_retractions(tx, request_id, at, silent)
-            return plan.settled
+            audit = await self._append(tx, request_id, plan.event, reply.responder, plan.data, at=at)
+            if not plan.answer:
+                return plan.settled
+            await self._queue_retractions(tx, request_id, at, silent)
+            sealed = await self._seal(tx, plan.settled.request, audit, at)
+            return replace(plan.settled, request=sealed)
 
         return await self._write(work)
 
@@ -768,9 +814,9 @@ class PostgresStore:
         )
         if row is not None:
             data = {k: v for k, v in outcome.items() if v is not None}
-            await self._append(tx, current.id, status.value, actor, data, at=at)
+            audit = await self._append(tx, current.id, status.value, actor, data, at=at)
             await self._queue_retractions(tx, current.id, at, silent)
-            return _request(row)
+            return await self._seal(tx, _request(row), audit, at)
         row = await tx.conn.fetchrow("SELECT * FROM requests WHERE id = $1", current.id)
         return _request(row)
 
@@ -1210,6 +1256,59 @@ class PostgresStore:
 
         async def work(conn: Conn) -> builtins.list[RuleRow]:
             return [_rule(r) for r in await conn.fetch(sql + " ORDER BY id DESC", *args)]
+
+        return await self._unit(work)
+
+    # --- receipts ---------------------------------------------------------------------------
+
+    async def report_outcome(
+        self, request_id: str, report: dict[str, Any], actor: str
+    ) -> tuple[Request, ReceiptRow | None] | None:
+        at = now()
+
+        async def work(tx: _Tx) -> tuple[Request, ReceiptRow | None] | None:
+            row = await tx.conn.fetchrow("SELECT * FROM requests WHERE id = $1", request_id)
+            if row is None:
+                return None
+            request = _request(row)
+            already = await tx.conn.fetchval(
+                "SELECT 1 FROM audit WHERE request_id = $1 AND event = 'outcome_reported'", request_id
+            )
+            if already is not None:
+                raise KeyConflict(f"the outcome of {request_id} was reported already")
+            audit = await self._append(tx, request_id, "outcome_reported", actor, report, at=at)
+            if self.sealer is None:
+                return request, None
+            previous = await tx.conn.fetchval(
+                "SELECT hash FROM receipts WHERE kid = $1 ORDER BY id DESC LIMIT 1", self.sealer.kid
+            )
+            sealed = self.sealer.outcome(request, report, *audit, previous, at)
+            await self._keep_receipt(tx, request_id, sealed, at)
+            kept = await tx.conn.fetchrow("SELECT * FROM receipts WHERE hash = $1", sealed.hash)
+            return request, _receipt(kept)
+
+        return await self._write(work)
+
+    async def receipts(self, request_id: str) -> builtins.list[ReceiptRow]:
+        async def work(conn: Conn) -> builtins.list[ReceiptRow]:
+            rows = await conn.fetch("SELECT * FROM receipts WHERE request_id = $1 ORDER BY id", request_id)
+            return [_receipt(r) for r in rows]
+
+        return await self._unit(work)
+
+    async def receipts_between(
+        self, start: float, end: float, after: int = 0, limit: int = 1000
+    ) -> builtins.list[ReceiptRow]:
+        async def work(conn: Conn) -> builtins.list[ReceiptRow]:
+            rows = await conn.fetch(
+                "SELECT * FROM receipts WHERE created_at >= $1 AND created_at < $2 AND id > $3"
+                " ORDER BY id LIMIT $4",
+                start,
+                end,
+                after,
+                limit,
+            )
+            return [_receipt(r) for r in rows]
 
         return await self._unit(work)
 

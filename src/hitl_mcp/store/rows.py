@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from hitl_mcp.core.audit import AuditRow
 from hitl_mcp.core.models import Kind, Request, Status
 from hitl_mcp.core.quorum import Vote
-from hitl_mcp.core.store import CredentialRow, DeliveryRow, ReplyRow, RuleRow, StepRow
+from hitl_mcp.core.store import CredentialRow, DeliveryRow, ReceiptRow, ReplyRow, RuleRow, StepRow
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -80,6 +80,7 @@ def request(row: Row) -> Request:
         person=row["person"],
         on_behalf_of=row["on_behalf_of"],
         votes=json.loads(row["votes"] or "[]"),
+        receipt=row["receipt"],
         preview=None if row["preview"] is None else json.loads(row["preview"]),
         preview_sha256=row["preview_sha256"],
         **json.loads(row["body"]),
@@ -149,6 +150,10 @@ def rule(row: Row) -> RuleRow:
 
 def credential(row: Row) -> CredentialRow:
     return _from_row(CredentialRow, row, data=json.loads(row["data"]))
+
+
+def receipt(row: Row) -> ReceiptRow:
+    return _from_row(ReceiptRow, row)
 
 
 def votes_json(votes: Sequence[Vote]) -> str:

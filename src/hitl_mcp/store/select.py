@@ -20,6 +20,7 @@ from hitl_mcp.kit.net import redact
 if TYPE_CHECKING:
     from hitl_mcp.core.store import Engine
     from hitl_mcp.store.anchor import Anchorer
+    from hitl_mcp.store.seal import Sealer
 
 #: the embedded database's file in the state directory
 DB_FILE = "hitl.sqlite3"
@@ -50,7 +51,13 @@ def where(store: str, state_dir: Path) -> str:
 
 
 def engine_for(
-    store: str, state_dir: Path, *, pool_size: int = 10, anchor: Anchorer | None = None, serving: bool = True
+    store: str,
+    state_dir: Path,
+    *,
+    pool_size: int = 10,
+    anchor: Anchorer | None = None,
+    serving: bool = True,
+    sealer: Sealer | None = None,
 ) -> Engine:
     """The store the ``store`` setting names (not yet opened), with its ``anchor``. Raises
     ``StoreError`` with one line when PostgreSQL is configured and asyncpg is missing. ``serving``
@@ -60,14 +67,14 @@ def engine_for(
     if url is None:
         from hitl_mcp.store.sqlite import SqliteStore
 
-        return SqliteStore(state_dir / DB_FILE, anchor)
+        return SqliteStore(state_dir / DB_FILE, anchor, sealer)
     try:
         from hitl_mcp.store.postgres import PostgresStore
     except ImportError as exc:
         if exc.name and exc.name.startswith("asyncpg"):
             raise StoreError(NEEDS_ASYNCPG) from None
         raise
-    return PostgresStore(url, anchor, pool_size=pool_size, listen=serving)
+    return PostgresStore(url, anchor, pool_size=pool_size, listen=serving, sealer=sealer)
 
 
 def failure(engine: Engine, exc: BaseException) -> str:

@@ -37,6 +37,7 @@ from hitl_mcp.core.store import (
     DeliveryRow,
     KeyConflict,
     PlannedStep,
+    ReceiptRow,
     ReplyRow,
     RuleRow,
     StepRow,
@@ -47,10 +48,12 @@ from hitl_mcp.store.rows import BODY_FIELDS, asked, created, preview_json, votes
 from hitl_mcp.store.rows import audit_row as _audit_row
 from hitl_mcp.store.rows import credential as _credential
 from hitl_mcp.store.rows import delivery as _delivery
+from hitl_mcp.store.rows import receipt as _receipt
 from hitl_mcp.store.rows import reply as _reply
 from hitl_mcp.store.rows import request as _request
 from hitl_mcp.store.rows import rule as _rule
 from hitl_mcp.store.rows import step as _step
+from hitl_mcp.store.seal import Sealed, Sealer, publish
 
 T = TypeVar("T")
 
@@ -259,7 +262,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE requests ADD COLUMN preview_sha256 TEXT;
     ALTER TABLE replies ADD COLUMN preview_sha256 TEXT;
     """,
-    # 13: people sign in to the inbox as themselves (people.md): a session may belong to a person;
+    # 14: people sign in to the inbox as themselves (people.md): a session may belong to a person;
     # each passkey's last sign count, raised by one conditional write so that an assertion whose count
     # does not go up (a cloned authenticator, a replay) is refused; and on each reply the proof it
     # came with (a step-up's passkey assertion, JSON), kept to be verified offline
@@ -271,6 +274,24 @@ MIGRATIONS: list[str] = [
         used_at REAL NOT NULL
     );
     ALTER TABLE replies ADD COLUMN proof TEXT;
+    """,
+    # 15: receipts: each settled request's signed receipt (and each reported outcome's), chained per
+    # signing key; the decision's receipt is kept on the request row too
+    """
+    ALTER TABLE requests ADD COLUMN receipt TEXT;
+    CREATE TABLE receipts (
+        id INTEGER PRIMARY KEY,
+        kind TEXT NOT NULL,
+        request_id TEXT NOT NULL REFERENCES requests(id),
+        kid TEXT NOT NULL,
+        receipt_id TEXT NOT NULL UNIQUE,
+        hash TEXT NOT NULL UNIQUE,
+        token TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX receipts_chain ON receipts(kid, id);
+    CREATE INDEX receipts_request ON receipts(request_id);
+    CREATE INDEX receipts_created ON receipts(created_at);
     """,
 ]
 
@@ -298,8 +319,10 @@ class FileLease:
 
 
 class SqliteStore:
-    def __init__(self, path: Path, anchor: Anchorer | None = None) -> None:
+    def __init__(self, path: Path, anchor: Anchorer | None = None, sealer: Sealer | None = None) -> None:
         self.path = path
+        self.sealer = sealer
+        """Signs each settled request's receipt in its settling transaction (None: no receipts)."""
         self.anchor = anchor or Anchorer(path.with_name(ANCHOR_FILE))
         """Told the chain's head after each transaction that settled a request (see anchor.py)."""
         self._head: tuple[int, str] | None = None
@@ -350,6 +373,8 @@ class SqliteStore:
         except OSError:
             pass
         await self._migrate()
+        if self.sealer is not None:
+            await publish(self, self.sealer)
 
     async def close(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -424,7 +449,7 @@ class SqliteStore:
         actor: str | None,
         data: dict[str, Any],
         at: float | None = None,
-    ) -> None:
+    ) -> tuple[int, str]:
         row = db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
         seq, prev = (row["seq"] + 1, row["hash"]) if row else (1, GENESIS)
         at = now() if at is None else at
@@ -436,6 +461,35 @@ class SqliteStore:
         )
         self._head = (seq, digest)
         self._settled = self._settled or event in SETTLING_EVENTS
+        return seq, digest
+
+    def _seal(self, db: sqlite3.Connection, request: Request, audit: tuple[int, str], at: float) -> Request:
+        """The settled request's receipt, chained to the previous one of this key, stored and kept on
+        the request row (in the settling transaction); the request as it now stands."""
+        if self.sealer is None:
+            return request
+        last = db.execute(
+            "SELECT hash FROM receipts WHERE kid = ? ORDER BY id DESC LIMIT 1", (self.sealer.kid,)
+        ).fetchone()
+        proofs = [
+            json.loads(row["proof"])
+            for row in db.execute(
+                "SELECT proof FROM replies WHERE request_id = ? AND proof IS NOT NULL ORDER BY id",
+                (request.id,),
+            )
+        ]
+        sealed = self.sealer.decision(request, *audit, last["hash"] if last else None, at, proofs)
+        self._keep_receipt(db, request.id, sealed, at)
+        db.execute("UPDATE requests SET receipt = ? WHERE id = ?", (sealed.token, request.id))
+        return request.model_copy(update={"receipt": sealed.token})
+
+    @staticmethod
+    def _keep_receipt(db: sqlite3.Connection, request_id: str, sealed: Sealed, at: float) -> None:
+        db.execute(
+            "INSERT INTO receipts (kind, request_id, kid, receipt_id, hash, token, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (sealed.kind, request_id, sealed.kid, sealed.receipt_id, sealed.hash, sealed.token, at),
+        )
 
     @contextmanager
     def _settling(self, db: sqlite3.Connection) -> Iterator[None]:
@@ -701,10 +755,11 @@ class SqliteStore:
                     )
                     assert cursor.rowcount == 1  # the row is pending and this transaction holds the lock
                 self._reply_row(db, request_id, reply, at, plan.won, plan.reason)
-                self._append(db, request_id, plan.event, reply.responder, plan.data, at=at)
-                if plan.answer:
-                    self._queue_retractions(db, request_id, at, silent)
-                return plan.settled
+                audit = self._append(db, request_id, plan.event, reply.responder, plan.data, at=at)
+                if not plan.answer:
+                    return plan.settled
+                self._queue_retractions(db, request_id, at, silent)
+                return replace(plan.settled, request=self._seal(db, plan.settled.request, audit, at))
 
         return await self._run(work)
 
@@ -789,8 +844,9 @@ class SqliteStore:
                 current.id,
             ),
         )
+        audit = None
         if cursor.rowcount == 1:
-            self._append(
+            audit = self._append(
                 db,
                 current.id,
                 status.value,
@@ -800,7 +856,8 @@ class SqliteStore:
             )
             self._queue_retractions(db, current.id, at, silent)
         row = db.execute("SELECT * FROM requests WHERE id = ?", (current.id,)).fetchone()
-        return _request(row)
+        settled = _request(row)
+        return settled if audit is None else self._seal(db, settled, audit, at)
 
     def _queue_retractions(
         self, db: sqlite3.Connection, request_id: str, at: float, silent: Collection[str]
@@ -1219,6 +1276,57 @@ class SqliteStore:
 
         def work(db: sqlite3.Connection) -> Any:
             return [_rule(r) for r in db.execute(sql + " ORDER BY id DESC", args).fetchall()]
+
+        return await self._run(work)
+
+    # --- receipts ---------------------------------------------------------------------------
+
+    async def report_outcome(
+        self, request_id: str, report: dict[str, Any], actor: str
+    ) -> tuple[Request, ReceiptRow | None] | None:
+        at = now()
+
+        def work(db: sqlite3.Connection) -> Any:
+            with _transaction(db):
+                row = db.execute("SELECT * FROM requests WHERE id = ?", (request_id,)).fetchone()
+                if row is None:
+                    return None
+                request = _request(row)
+                already = db.execute(
+                    "SELECT 1 FROM audit WHERE request_id = ? AND event = 'outcome_reported'", (request_id,)
+                ).fetchone()
+                if already is not None:
+                    raise KeyConflict(f"the outcome of {request_id} was reported already")
+                audit = self._append(db, request_id, "outcome_reported", actor, report, at=at)
+                if self.sealer is None:
+                    return request, None
+                last = db.execute(
+                    "SELECT hash FROM receipts WHERE kid = ? ORDER BY id DESC LIMIT 1", (self.sealer.kid,)
+                ).fetchone()
+                sealed = self.sealer.outcome(request, report, *audit, last["hash"] if last else None, at)
+                self._keep_receipt(db, request_id, sealed, at)
+                kept = db.execute("SELECT * FROM receipts WHERE hash = ?", (sealed.hash,)).fetchone()
+                return request, _receipt(kept)
+
+        return await self._run(work)
+
+    async def receipts(self, request_id: str) -> builtins.list[ReceiptRow]:
+        def work(db: sqlite3.Connection) -> Any:
+            rows = db.execute("SELECT * FROM receipts WHERE request_id = ? ORDER BY id", (request_id,))
+            return [_receipt(r) for r in rows.fetchall()]
+
+        return await self._run(work)
+
+    async def receipts_between(
+        self, start: float, end: float, after: int = 0, limit: int = 1000
+    ) -> builtins.list[ReceiptRow]:
+        def work(db: sqlite3.Connection) -> Any:
+            rows = db.execute(
+                "SELECT * FROM receipts WHERE created_at >= ? AND created_at < ? AND id > ?"
+                " ORDER BY id LIMIT ?",
+                (start, end, after, limit),
+            )
+            return [_receipt(r) for r in rows.fetchall()]
 
         return await self._run(work)
 

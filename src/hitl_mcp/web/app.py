@@ -22,7 +22,7 @@ from hitl_mcp.broker import Broker
 from hitl_mcp.channels import channel_module
 from hitl_mcp.channels.base import Channel
 from hitl_mcp.kit.net import is_loopback
-from hitl_mcp.web import api, batch, events, pages, people, pwa, rules, signin, stepup
+from hitl_mcp.web import api, batch, devices, events, pages, people, pwa, receipts, rules, signin, stepup
 from hitl_mcp.web.auth import WebAuth
 from hitl_mcp.web.credentials import Credentials
 from hitl_mcp.web.deps import Web, page_context
@@ -75,7 +75,7 @@ def build_app(
     public_url = config.server.public_url
     routes: list[BaseRoute] = [Route("/healthz", api.healthz, methods=["GET"])]
     routes += api.routes + signin.routes + people.routes + pages.routes + pwa.routes + events.routes
-    routes += rules.routes + batch.routes + stepup.routes
+    routes += rules.routes + batch.routes + stepup.routes + devices.routes + receipts.routes
     routes += channel_routes(config, get_broker)
     lifespan = None
     # on loopback, HostCheck (below) checks Host and Origin for every route, MCP's included, with

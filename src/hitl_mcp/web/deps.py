@@ -85,9 +85,9 @@ async def read_post(
 
 
 async def page_context(http: HttpRequest, page: str) -> dict[str, Any]:
-    """What every signed-in page's layout shows: the CSRF token, the pending count, the page, and
-    the kill switch's pause if approvals are paused (``kill_switch``; shown only to a signed-in
-    reader, since it names who paused and why)."""
+    """What every signed-in page's layout shows: the CSRF token, the pending count, the page, the
+    kill switch's pause if approvals are paused (``kill_switch``; shown only to a signed-in reader,
+    since it names who paused and why), and whether Web Push is configured (the Devices link)."""
     found: Access | None = getattr(http.state, "access", None)
     broker = await web(http).broker()
     return {
@@ -98,4 +98,5 @@ async def page_context(http: HttpRequest, page: str) -> dict[str, Any]:
         "now": now(),
         "signed_in": True,
         "who_label": (found.person if found else None) or "operator",
+        "push_on": any(c.type == "webpush" for c in broker.channels.values()),
     }

@@ -56,7 +56,16 @@ def static_url(name: str) -> str:
     return f"/static/{name}?v={asset_version(name)}"
 
 
-SHELL = ("app.css", "app.js", "passkeys.js", "icon.svg", "icon-192.png", "icon-512.png", "offline.html")
+SHELL = (
+    "app.css",
+    "app.js",
+    "passkeys.js",
+    "push.js",
+    "icon.svg",
+    "icon-192.png",
+    "icon-512.png",
+    "offline.html",
+)
 
 
 def _environment() -> Environment:

@@ -81,8 +81,8 @@ async def _inbox_context(http: HttpRequest, away: Mapping[str, str] | None = Non
     found = await who(http)
     mine: list[Request] = []
     if found is not None and found.person is not None:
-        delegates = dict((await broker.policy_now()).delegates)
-        mine = [r for r in pending if asked_of(r, found.person, delegates)]
+        policy = await broker.policy_now()
+        mine = [r for r in pending if asked_of(r, found.person, policy)]
     return {
         "mine": mine,
         "groups": agent_groups([r for r in pending if r not in mine]),

@@ -29,6 +29,7 @@ from starlette.routing import BaseRoute, Route
 
 from hitl_mcp.broker import Broker
 from hitl_mcp.core.delegation import stands_for
+from hitl_mcp.core.escalation import Policy
 from hitl_mcp.core.models import Reply, Request, now
 from hitl_mcp.core.principal import OPERATOR, token_digest
 from hitl_mcp.web.deps import web
@@ -91,11 +92,11 @@ async def actor(conn: HTTPConnection) -> str:
     return found.label if found is not None else OPERATOR
 
 
-def asked_of(request: Request, person: str, delegates: dict[str, str]) -> bool:
-    """Whether ``request`` was asked of ``person``: named in ``to`` or a quorum's ``of``, or standing
-    in for someone who was."""
-    asked = [*(request.to or []), *(request.approvals.of if request.approvals else [])]
-    return person in asked or stands_for(person, asked, delegates) is not None
+def asked_of(request: Request, person: str, policy: Policy) -> bool:
+    """Whether ``request`` was asked of ``person``: named in ``to``, a quorum's ``of`` or a later step
+    of its ladder (``Policy.asked_of``), or standing in for someone who was."""
+    asked = policy.asked_of(request)
+    return person in asked or stands_for(person, asked, dict(policy.delegates)) is not None
 
 
 def addressed(request: Request) -> bool:
@@ -115,7 +116,7 @@ async def may_answer(http: HttpRequest, broker: Broker, request: Request) -> str
     if not addressed(request):
         return None
     policy = await broker.policy_now()
-    if asked_of(request, found.person, dict(policy.delegates)):
+    if asked_of(request, found.person, policy):
         return None
     return f"This request was not asked of {found.person}."
 

@@ -11,6 +11,10 @@ from typing import Any, Literal
 
 Verdict = Literal["allow", "deny", "ask"]
 
+#: the events that come after the tool ran: its outcome is recorded, nothing is decided
+AFTER = ("PostToolUse", "PostToolUseFailure")
+FAILED = ("PostToolUseFailure",)
+
 
 class BadEvent(ValueError):
     """The event on stdin is not one this host sends: one line for stderr."""
@@ -24,6 +28,8 @@ class HookCall:
     call_id: str | None = None
     session_id: str | None = None
     cwd: str | None = None
+    response: Any = None
+    """After the tool ran (``PostToolUse``): what it returned; ``PostToolUseFailure``: its error."""
 
 
 def tool_call(event: Any, events: tuple[str, ...]) -> HookCall:
@@ -45,4 +51,6 @@ def tool_call(event: Any, events: tuple[str, ...]) -> HookCall:
         value = event.get(key)
         return value if isinstance(value, str) and value else None
 
-    return HookCall(str(name), tool, arguments, text("tool_use_id"), text("session_id"), text("cwd"))
+    response = event.get("error") if name in FAILED else event.get("tool_response")
+    ids = (text("tool_use_id"), text("session_id"), text("cwd"))
+    return HookCall(str(name), tool, arguments, *ids, response=response)

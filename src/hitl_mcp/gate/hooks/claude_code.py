@@ -9,15 +9,17 @@ Output, as the hooks reference documents it:
 - PermissionRequest: ``{"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision":
   {"behavior": "allow"}}}`` or ``{"behavior": "deny", "message": "..."}``; for ``ask`` nothing is
   printed, and the dialog shows as it would have.
+- PostToolUse and PostToolUseFailure (after the tool ran): nothing is printed; the outcome of a call
+  a person approved is recorded (``gate/outcome.py``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from hitl_mcp.gate.hooks import HookCall, Verdict, tool_call
+from hitl_mcp.gate.hooks import AFTER, HookCall, Verdict, tool_call
 
-EVENTS = ("PreToolUse", "PermissionRequest")
+EVENTS = ("PreToolUse", "PermissionRequest", *AFTER)
 
 
 def parse(event: Any) -> HookCall:
@@ -25,6 +27,8 @@ def parse(event: Any) -> HookCall:
 
 
 def render(call: HookCall, verdict: Verdict, reason: str) -> dict[str, Any] | None:
+    if call.event in AFTER:  # the outcome is recorded; nothing to say to Claude Code
+        return None
     if call.event == "PermissionRequest":
         if verdict == "ask":
             return None

@@ -13,7 +13,7 @@ from typing import Any
 
 from hitl_mcp.gate.hooks import HookCall, Verdict, claude_code, tool_call
 
-EVENTS = ("PreToolUse", "PermissionRequest")
+EVENTS = ("PreToolUse", "PermissionRequest", "PostToolUse")
 
 
 def parse(event: Any) -> HookCall:
