@@ -428,3 +428,27 @@ async def test_the_away_form_needs_people(state_dir: Path) -> None:
             said.status_code == 422
             and "Unknown person &#39;a&#39;; people: none are configured." in said.text
         )
+
+
+def test_when_reads_a_date_a_date_time_or_a_number_and_says_what_it_expected() -> None:
+    """The times ``delegate --until`` and the config's ``until:`` take, and the words for the rest."""
+    from datetime import date, datetime, timedelta, timezone
+
+    from hitl_mcp.core.delegation import when
+
+    assert when("2026-12-24") == 1_798_070_400.0  # 00:00 UTC that day
+    assert when(" 2026-12-24T18:00:00Z ") == 1_798_135_200.0
+    assert when("2026-12-24T18:00:00+01:00") == 1_798_131_600.0  # its own offset
+    assert when("2026-12-24T18:00:00") == 1_798_135_200.0  # none: UTC
+    assert when(date(2026, 12, 24)) == 1_798_070_400.0
+    assert when(datetime(2026, 12, 24, 18, tzinfo=timezone(timedelta(hours=-2)))) == 1_798_142_400.0
+    assert when(datetime(2026, 12, 24, 18)) == 1_798_135_200.0
+    assert when(5) == 5.0 and isinstance(when(5), float)
+    for value, said in (
+        (True, "expected an ISO date or date-time such as 2026-12-24 or 2026-12-24T18:00:00Z"),
+        ("soon", "'soon' is not an ISO date or date-time such as 2026-12-24 or 2026-12-24T18:00:00Z"),
+        ([2026], "expected an ISO date or date-time such as 2026-12-24"),
+    ):
+        with pytest.raises(ValueError) as refused:
+            when(value)
+        assert str(refused.value) == said
