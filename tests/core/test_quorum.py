@@ -401,3 +401,26 @@ async def test_a_remembered_rule_never_stands_in_for_a_quorum(tmp_path: Path) ->
         assert settled.approved and settled.responder != f"rule {rule.id}"
         plain, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Restart the cache", owner="bot"))
         assert plain.status == Status.ANSWERED and plain.responder == f"rule {rule.id}"  # rules still work
+
+
+def test_the_count_in_words_and_what_it_decides() -> None:
+    """What the voter, the inbox and the agent read, written out: the plural, the denials, who is
+    still awaited; and what a refused vote leaves decided."""
+    from hitl_mcp.core.quorum import Quorum, Vote, count_vote, decision, progress
+
+    def vote(person: str, said: str = "approve", **more: Any) -> Vote:
+        return Vote(person=person, channel="web", responder=person, decision=said, at=1.0, **more)
+
+    three = Quorum(required=2, of=["ana", "bo", "cy"], veto="none")
+    assert progress(three, []) == "0 of 2 approvals — waiting for ana, bo or cy"
+    assert progress(three, [vote("bo", "deny")]) == "0 of 2 approvals, 1 denial — waiting for ana or cy"
+    two_denied = [vote("bo", "deny"), vote("cy", "deny")]
+    assert progress(three, two_denied) == "0 of 2 approvals, 2 denials — waiting for ana"
+    one = Quorum(required=1, of=["ana", "bo"])
+    assert progress(one, [vote("ana")]) == "1 of 1 approval — waiting for bo"
+    assert progress(one, [vote("dee", on_behalf_of="bo")]) == "1 of 1 approval — waiting for ana"
+    assert decision(three, two_denied) == "deny"  # 2 > 3 - 2: two approvals can no longer come
+    assert decision(three, [vote("bo", "deny")]) is None  # under veto: none, one denial is not enough
+    assert decision(Quorum(required=2, of=["ana", "bo", "cy"]), [vote("bo", "deny")]) == "deny"  # veto: any
+    refused = count_vote(three, two_denied, vote("cy"), None)
+    assert refused.counted is False and refused.decision == "deny" and refused.reason == "cy already voted"
