@@ -109,7 +109,8 @@ screenshots: $(TEST_STAMP)
 # against the fast in-process tests of [tool.mutmut] in pyproject.toml, then the table and the verdict
 # (scripts/mutation_report.py). One module: make mutation MUTATION_MODULES=outbox
 .PHONY: mutation
-MUTATION_MODULES ?= core.results core.audit mcp.hosts broker.outbox core.retry broker.broker core.outcomes store
+MUTATION_MODULES ?= core.results core.audit mcp.hosts broker.outbox core.retry broker.broker core.outcomes store \
+	core.quorum core.rules core.delegation core.escalation core.settle broker.digests gate.policy gate.paths
 MUTATION_CHILDREN ?= 2
 MUTATION_STAMP := $(VENV)/.installed-mutation-$(HASH)
 

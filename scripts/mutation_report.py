@@ -34,6 +34,13 @@ MODULES: dict[str, list[str]] = {
     "outbox": ["src/hitl_mcp/broker/outbox.py", "src/hitl_mcp/core/retry.py"],
     "hosts": ["src/hitl_mcp/mcp/hosts.py"],
     "store": ["src/hitl_mcp/store/sqlite.py", "src/hitl_mcp/core/store.py"],
+    "quorum": ["src/hitl_mcp/core/quorum.py"],
+    "rules": ["src/hitl_mcp/core/rules.py"],
+    "delegation": ["src/hitl_mcp/core/delegation.py"],
+    "escalation": ["src/hitl_mcp/core/escalation.py"],
+    "settle": ["src/hitl_mcp/core/settle.py"],
+    "digests": ["src/hitl_mcp/broker/digests.py"],
+    "gate policy": ["src/hitl_mcp/gate/policy.py", "src/hitl_mcp/gate/paths.py"],
 }
 
 #: a failing test, pytest's internal error, a timeout, or a test process that crashed (SIGSEGV, SIGABRT:
