@@ -17,8 +17,9 @@ class Listeners:
         self._of_requests: set[Listener] = set()
         self._of_all: set[Listener] = set()
 
-    def __bool__(self) -> bool:
-        return bool(self._of_requests)
+    def __len__(self) -> int:
+        """How many listen (each listens to the requests; some to the events of none as well)."""
+        return len(self._of_requests)
 
     def add(self, listener: Listener, *, unattached: bool = False) -> Callable[[], None]:
         """Returns the unsubscribe."""
