@@ -22,8 +22,10 @@ LONGEST = ("replicas.py", "wait_cost.py")
 SMOKE: dict[str, list[str]] = {
     "cold_start.py": ["--runs", "1"],
     "concurrency.py": ["--sessions", "4", "--per-session", "2", "--workers", "1", "--in-flight", "4"],
+    "export.py": ["--requests", "50"],
     "first_delivery.py": ["--samples", "5"],
     "oauth_call.py": ["--calls", "5", "--checks", "20"],
+    "phone_chat.py": ["--pending", "5", "--samples", "5"],
     "phone_push.py": ["--pending", "5", "--samples", "5"],
     "phone_tap.py": ["--pending", "5", "--samples", "5"],
     "replicas.py": [
