@@ -1,4 +1,4 @@
-"""Start an MCP server over stdio the way a host does, and check that it lists hitl-mcp's five tools.
+"""Start an MCP server over stdio the way a host does, and check that it lists hitl-mcp's six tools.
 
     python scripts/stdio_tools_list.py COMMAND [ARG...]
 
@@ -18,7 +18,14 @@ import anyio
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-TOOLS = {"ask_user", "request_approval", "notify_user", "wait_for_response", "cancel_request"}
+TOOLS = {
+    "ask_user",
+    "request_approval",
+    "notify_user",
+    "wait_for_response",
+    "cancel_request",
+    "report_outcome",
+}
 
 
 async def tools(command: str, args: list[str]) -> set[str]:
