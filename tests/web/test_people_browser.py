@@ -332,7 +332,10 @@ async def test_a_high_risk_approval_counts_only_with_a_passkey_assertion_bound_t
             # in the page: the only approve button is the passkey's
             await olive.page.goto(f"{base}/requests/{deploy}")
             await expect(olive.page.get_by_role("button", name="Approve", exact=True)).to_have_count(0)
-            await olive.page.get_by_role("button", name="Approve with your passkey").click()
+            # the page goes to the request's page once the approval is taken: awaited, so that the
+            # next evaluate does not run in a document being replaced
+            async with olive.page.expect_navigation():
+                await olive.page.get_by_role("button", name="Approve with your passkey").click()
             with watching(broker, deploy) as changes:
                 await until(lambda: _settled(broker, deploy), changes)
             done = await broker.get_or_raise(deploy)
