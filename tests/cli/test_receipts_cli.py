@@ -15,7 +15,8 @@ from hitl_mcp.broker import AskSpec
 from hitl_mcp.core.models import Kind, Reply
 from hitl_mcp.kit import jws
 from hitl_mcp.store.select import DB_FILE
-from tests.conftest import cli, running
+from tests.conftest import cli, make_config, running
+from tests.support.settle import resolve
 
 pytestmark = pytest.mark.anyio
 
@@ -182,14 +183,20 @@ async def test_verify_checks_a_step_up_passkey_assertion_offline(tmp_path: Path,
         "another request": lambda rid, sha: assertion("elsewhere", sha),
     }
     files = {}
-    async with running(state_dir) as rt:
+    people = make_config("people:\n  olive: {terminal: olive}\n")  # people: high risk needs a step-up
+    async with running(state_dir, people) as rt:
         broker = await rt.broker()
         for name, make in made.items():
-            request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text=name, payload={"t": name}))
-            reply = Reply(channel="web", responder="olive", decision="approve")
-            reply = reply.model_copy(update={"proof": make(request.id, request.payload_sha256)})
-            settled = await broker.resolve(request.id, reply)
-            assert settled.request.receipt is not None
+            spec = AskSpec(kind=Kind.APPROVAL, text=name, payload={"t": name}, risk="high")
+            request, _ = await broker.ask(spec)
+            assert request.step_up
+            proof = make(request.id, request.payload_sha256)
+            reply = Reply(channel="web", responder="olive", identity="olive", decision="approve", proof=proof)
+            if name == "another request":  # the broker refuses it (check_reply): written as a forger would
+                settled = await resolve(broker.store, request.id, reply, {"approved": True})
+            else:
+                settled = await broker.resolve(request.id, reply)
+            assert settled is not None and settled.request.receipt is not None
             files[name] = tmp_path / f"{name}.jws"
             files[name].write_text(settled.request.receipt + "\n")
     kept = json.loads(jws.unb64url(files["genuine"].read_text().split(".")[1]))

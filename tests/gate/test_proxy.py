@@ -9,7 +9,6 @@ proxy's JSON API (it serves the inbox beside stdio, as ``hitl-mcp serve`` does).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -26,6 +25,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters
 
+from hitl_mcp.core.models import payload_sha256
 from tests.conftest import PYTHON, ROOT, TOKEN, cli, free_port, server_env, text_of, write_config
 from tests.support.events import Changes, until
 from tests.support.people import session_of
@@ -487,8 +487,7 @@ async def test_the_proxy_records_the_outcome_of_what_it_forwarded(tmp_path: Path
     (executed,) = [row for row in finished["audit"] if row["event"] == "outcome_reported"]
     assert executed["actor"] == "proxy" and executed["data"]["status"] == "executed"
     wired = done.model_dump(by_alias=True, mode="json", exclude_none=True)
-    digest = hashlib.sha256(json.dumps(wired, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    assert executed["data"]["result_sha256"] == digest
+    assert executed["data"]["result_sha256"] == payload_sha256(wired)
     (error,) = [row for row in failed["audit"] if row["event"] == "outcome_reported"]
     assert error["data"]["status"] == "failed" and "went away" in error["data"]["summary"]
     assert [r["kind"] for r in listed] == ["hitl.decision", "hitl.outcome"]

@@ -122,7 +122,7 @@ async def report(broker: Broker, request: Request, result: dict[str, Any], cance
     failed = cancelled or bool(result.get("isError"))
     tool = request.payload.get("tool") if isinstance(request.payload, dict) else None
     summary = f"{by} called {tool}: {text if failed else 'the upstream answered'}"
-    digest = hashlib.sha256(json.dumps(result, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    digest = payload_sha256(result)  # the canonical JSON's, as a payload's
     await broker.report_outcome(request, "failed" if failed else "executed", summary, digest, by)
 
 

@@ -19,16 +19,20 @@ the operator (the web token, found as the server finds it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from hitl_mcp.gate.hooks import HookCall, Verdict
 from hitl_mcp.gate.policy import Decision, Policy
 from hitl_mcp.gate.previews import preview_for
+
+if TYPE_CHECKING:
+    from mcp import Client
 
 #: the most stdin a hook event may take (a large Write's content fits)
 MAX_EVENT = 8 * 1024 * 1024
@@ -80,11 +84,10 @@ async def ask_person(
         arguments["to"] = decision.to
     if decision.timeout_seconds:
         arguments["timeout_seconds"] = decision.timeout_seconds
-    headers = {"Authorization": f"Bearer {server.token}"} if server.token else {}
     deadline = anyio.current_time() + seconds
     try:
         with anyio.fail_after(seconds):  # the whole exchange, connecting and closing included
-            outcome = await _asked(server, arguments, headers, host, seconds, deadline)
+            outcome = await _asked(server, arguments, host, seconds, deadline)
     except TimeoutError:
         raise Unanswered(f"no answer from the person within {seconds:g} s") from None
     rid = str(outcome.get("request_id"))
@@ -98,38 +101,38 @@ async def ask_person(
     return False, f"denied by {outcome.get('responder') or 'the person'}{comment}", rid
 
 
-async def _asked(
-    server: Server,
-    arguments: dict[str, Any],
-    headers: dict[str, str],
-    host: str,
-    seconds: float,
-    deadline: float,
-) -> dict[str, Any]:
-    """The outcome, once settled or once the deadline is near (then ``Unanswered``)."""
+@asynccontextmanager
+async def connected(server: Server, host: str, read: float) -> AsyncIterator[Client]:
+    """An MCP session with the server's ``/mcp`` as this host's hook, with its credential; ``read``:
+    how long an answer may take."""
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.types import Implementation
 
+    headers = {"Authorization": f"Bearer {server.token}"} if server.token else {}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=read)) as http:
+        transport = streamable_http_client(f"{server.url}/mcp", http_client=http)
+        info = Implementation(name=f"hitl-mcp-hook-{host}", version="1")
+        async with Client(transport, mode="legacy", client_info=info, read_timeout_seconds=read) as client:
+            yield client
+
+
+async def _asked(
+    server: Server, arguments: dict[str, Any], host: str, seconds: float, deadline: float
+) -> dict[str, Any]:
+    """The outcome, once settled or once the deadline is near (then ``Unanswered``)."""
     try:
-        async with httpx2.AsyncClient(
-            headers=headers, timeout=httpx2.Timeout(30.0, read=WAIT_STEP + 30)
-        ) as http:
-            transport = streamable_http_client(f"{server.url}/mcp", http_client=http)
-            info = Implementation(name=f"hitl-mcp-hook-{host}", version="1")
-            async with Client(
-                transport, mode="legacy", client_info=info, read_timeout_seconds=WAIT_STEP + 30
-            ) as client:
-                arguments["wait_seconds"] = min(WAIT_STEP, seconds)
-                outcome = _outcome(await client.call_tool("request_approval", arguments))
-                while outcome.get("status") == "pending":
-                    left = deadline - anyio.current_time()
-                    if left <= 0.5:
-                        raise Unanswered(f"no answer from the person within {seconds:g} s")
-                    wait = {"request_id": outcome["request_id"], "wait_seconds": min(WAIT_STEP, left)}
-                    outcome = _outcome(await client.call_tool("wait_for_response", wait))
-                return outcome
+        async with connected(server, host, WAIT_STEP + 30) as client:
+            arguments["wait_seconds"] = min(WAIT_STEP, seconds)
+            outcome = _outcome(await client.call_tool("request_approval", arguments))
+            while outcome.get("status") == "pending":
+                left = deadline - anyio.current_time()
+                if left <= 0.5:
+                    raise Unanswered(f"no answer from the person within {seconds:g} s")
+                wait = {"request_id": outcome["request_id"], "wait_seconds": min(WAIT_STEP, left)}
+                outcome = _outcome(await client.call_tool("wait_for_response", wait))
+            return outcome
     except Unanswered:
         raise
     except Exception as exc:  # any failure to reach or read the server fails closed

@@ -19,7 +19,8 @@ from typing import Any
 
 import anyio
 
-from hitl_mcp.gate.hook import Server, first_line
+from hitl_mcp.core.models import payload_sha256
+from hitl_mcp.gate.hook import Server, connected, first_line
 from hitl_mcp.gate.hooks import FAILED, HookCall
 
 #: where the notes are kept, in the state directory
@@ -65,25 +66,15 @@ def outcome_of(call: HookCall) -> dict[str, Any]:
     if call.event in FAILED:
         error = call.response if isinstance(call.response, str) else json.dumps(call.response)
         return {"status": "failed", "summary": f"{call.tool} failed: {error}"[:4000]}
-    body = json.dumps(call.response, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    digest = hashlib.sha256(body.encode()).hexdigest()
+    digest = payload_sha256(call.response)
     return {"status": "executed", "summary": f"{call.tool} ran", "result_sha256": digest}
 
 
 async def report(server: Server, host: str, request_id: str, fields: dict[str, Any]) -> None:
     """Call ``report_outcome`` on the server; raises with one line on any failure."""
-    import httpx2
-    from mcp import Client
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.types import Implementation
-
-    headers = {"Authorization": f"Bearer {server.token}"} if server.token else {}
     with anyio.fail_after(REPORT_SECONDS):
-        async with httpx2.AsyncClient(headers=headers, timeout=REPORT_SECONDS) as http:
-            transport = streamable_http_client(f"{server.url}/mcp", http_client=http)
-            info = Implementation(name=f"hitl-mcp-hook-{host}", version="1")
-            async with Client(transport, mode="legacy", client_info=info) as client:
-                result = await client.call_tool("report_outcome", {"request_id": request_id, **fields})
+        async with connected(server, host, REPORT_SECONDS) as client:
+            result = await client.call_tool("report_outcome", {"request_id": request_id, **fields})
     if result.is_error:
         text = " ".join(getattr(c, "text", "") for c in result.content)
         raise RuntimeError(f"the server refused the outcome: {text.strip()[:300]}")

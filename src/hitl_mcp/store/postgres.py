@@ -465,8 +465,13 @@ class PostgresStore:
         previous = await tx.conn.fetchval(
             "SELECT hash FROM receipts WHERE kid = $1 ORDER BY id DESC LIMIT 1", self.sealer.kid
         )
-        rows = await tx.conn.fetch(
-            "SELECT proof FROM replies WHERE request_id = $1 AND proof IS NOT NULL ORDER BY id", request.id
+        rows = (
+            await tx.conn.fetch(  # a step-up's passkey assertions; read only when it needs one
+                "SELECT proof FROM replies WHERE request_id = $1 AND proof IS NOT NULL ORDER BY id",
+                request.id,
+            )
+            if request.step_up
+            else []
         )
         sealed = self.sealer.decision(request, *audit, previous, at, [json.loads(r["proof"]) for r in rows])
         await self._keep_receipt(tx, request.id, sealed, at)

@@ -471,13 +471,17 @@ class SqliteStore:
         last = db.execute(
             "SELECT hash FROM receipts WHERE kid = ? ORDER BY id DESC LIMIT 1", (self.sealer.kid,)
         ).fetchone()
-        proofs = [
-            json.loads(row["proof"])
-            for row in db.execute(
-                "SELECT proof FROM replies WHERE request_id = ? AND proof IS NOT NULL ORDER BY id",
-                (request.id,),
-            )
-        ]
+        proofs = (
+            [  # a step-up's passkey assertions; read only for a request that needs one
+                json.loads(row["proof"])
+                for row in db.execute(
+                    "SELECT proof FROM replies WHERE request_id = ? AND proof IS NOT NULL ORDER BY id",
+                    (request.id,),
+                )
+            ]
+            if request.step_up
+            else []
+        )
         sealed = self.sealer.decision(request, *audit, last["hash"] if last else None, at, proofs)
         self._keep_receipt(db, request.id, sealed, at)
         db.execute("UPDATE requests SET receipt = ? WHERE id = ?", (sealed.token, request.id))
