@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import AsyncIterable
 from urllib.parse import urlsplit, urlunsplit
 
 
@@ -39,3 +40,14 @@ def redact(url: str) -> str:
         return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
     except ValueError:
         return "postgresql://***"
+
+
+async def read_within(chunks: AsyncIterable[bytes], most: int) -> bytes | None:
+    """A request's whole body from its ``stream()``, or None once it grows past ``most`` bytes (the
+    rest is not read): what every inbound route takes before it parses anything."""
+    body = b""
+    async for chunk in chunks:
+        body += chunk
+        if len(body) > most:
+            return None
+    return body

@@ -17,6 +17,7 @@ from hitl_mcp import __version__
 from hitl_mcp.core.models import Kind, Status, canonical_json, iso
 from hitl_mcp.core.previews import summary
 from hitl_mcp.core.wording import trail_by, trail_data
+from hitl_mcp.kit.net import read_within
 from hitl_mcp.web import MAX_BODY
 from hitl_mcp.web.previews import fits_card, preview_html
 from hitl_mcp.web.views import (
@@ -121,11 +122,9 @@ def safe_next(value: str | None) -> str:
 
 async def read_form(http: HttpRequest) -> tuple[dict[str, str] | None, tuple[int, str] | None]:
     """The urlencoded body, read up to ``MAX_BODY`` bytes; or the status and message refusing it."""
-    body = b""
-    async for chunk in http.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            return None, (413, f"The form is larger than {MAX_BODY} bytes.")
+    body = await read_within(http.stream(), MAX_BODY)
+    if body is None:
+        return None, (413, f"The form is larger than {MAX_BODY} bytes.")
     ctype = http.headers.get("content-type", "").split(";")[0].strip().lower()
     if body and ctype != "application/x-www-form-urlencoded":
         return None, (415, "Send the form as application/x-www-form-urlencoded.")

@@ -33,6 +33,7 @@ from hitl_mcp.channels.mattermost.render import (
     compose,
 )
 from hitl_mcp.core.models import Kind, Reply, Request
+from hitl_mcp.kit.net import read_within
 from hitl_mcp.kit.signing import derive_key
 
 ACTION_PATH = "/action"
@@ -77,11 +78,9 @@ class MattermostInbound(BaseChannel):
         return [Route(ACTION_PATH, self._action, methods=["POST"])] if self.actions_url else []
 
     async def _action(self, http: HttpRequest) -> Response:
-        body = b""
-        async for chunk in http.stream():
-            body += chunk
-            if len(body) > MAX_BODY:
-                return JSONResponse({"error": "body too large"}, status_code=413)
+        body = await read_within(http.stream(), MAX_BODY)
+        if body is None:
+            return JSONResponse({"error": "body too large"}, status_code=413)
         try:
             press = json.loads(body)
             assert isinstance(press, dict)

@@ -20,6 +20,7 @@ from hitl_mcp.channels.ntfy.compose import answer_of
 from hitl_mcp.channels.ntfy.config import MAX_ANSWER_BODY, STREAM_RETRY, Config
 from hitl_mcp.core.models import Reply, Request, now
 from hitl_mcp.core.retry import RetryPolicy, retry_after
+from hitl_mcp.kit.net import read_within
 from hitl_mcp.kit.signing import SecretFile, Signer
 
 if TYPE_CHECKING:
@@ -135,11 +136,9 @@ class _Answers(BaseChannel):
         return [Route("/answer", self._answer_endpoint, methods=["POST"])]
 
     async def _answer_endpoint(self, http: HttpRequest) -> Response:
-        body = b""
-        async for chunk in http.stream():
-            body += chunk
-            if len(body) > MAX_ANSWER_BODY:
-                return JSONResponse({"error": "body too large"}, status_code=413)
+        body = await read_within(http.stream(), MAX_ANSWER_BODY)
+        if body is None:
+            return JSONResponse({"error": "body too large"}, status_code=413)
         try:
             text = body.decode()
         except UnicodeDecodeError:

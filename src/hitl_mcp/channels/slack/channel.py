@@ -34,6 +34,7 @@ from hitl_mcp.channels.slack.blocks import (
 from hitl_mcp.channels.slack.config import MAX_BODY, SOCKET_RETRY, Config, log
 from hitl_mcp.core.models import Kind, Reply, Request
 from hitl_mcp.core.wording import still_waiting
+from hitl_mcp.kit.net import read_within
 
 # --------------------------------------------------------------------------------------- the channel
 
@@ -274,11 +275,9 @@ class SlackChannel(BaseChannel):
 
     async def _verified(self, http: HttpRequest) -> bytes | Response:
         """The raw body of a request Slack signed, or the response refusing it."""
-        body = b""
-        async for chunk in http.stream():
-            body += chunk
-            if len(body) > MAX_BODY:
-                return JSONResponse({"error": "body too large"}, status_code=413)
+        body = await read_within(http.stream(), MAX_BODY)
+        if body is None:
+            return JSONResponse({"error": "body too large"}, status_code=413)
         from slack_sdk.signature import SignatureVerifier
 
         assert self.config.signing_secret is not None

@@ -43,6 +43,7 @@ from hitl_mcp.channels.telegram.render import (
 )
 from hitl_mcp.core.models import Kind, Reply, Request
 from hitl_mcp.core.wording import already
+from hitl_mcp.kit.net import read_within
 from hitl_mcp.kit.signing import b64url, derive_key
 
 #: the path Telegram POSTs updates to in webhook mode, under /webhooks/<channel name>
@@ -209,11 +210,9 @@ class TelegramInbound(BaseChannel):
         sent = http.headers.get("x-telegram-bot-api-secret-token", "")
         if not hmac.compare_digest(sent.encode(), self.webhook_secret.encode()):
             return JSONResponse({"error": "wrong or missing secret token"}, status_code=403)
-        body = b""
-        async for chunk in http.stream():
-            body += chunk
-            if len(body) > MAX_BODY:
-                return JSONResponse({"error": "body too large"}, status_code=413)
+        body = await read_within(http.stream(), MAX_BODY)
+        if body is None:
+            return JSONResponse({"error": "body too large"}, status_code=413)
         from telegram import Update
 
         try:

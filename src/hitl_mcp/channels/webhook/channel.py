@@ -16,6 +16,7 @@ from hitl_mcp.channels.webhook.config import MAX_BODY, Config
 from hitl_mcp.channels.webhook.inbound import REPLAYED, Refusal, read_answer, verify
 from hitl_mcp.channels.webhook.send import new_client, post, require_library
 from hitl_mcp.core.models import Kind, Reply, Request
+from hitl_mcp.kit.net import read_within
 
 if TYPE_CHECKING:
     import httpx2
@@ -90,11 +91,9 @@ class WebhookChannel(BaseChannel):
         return [Route("/reply", self._reply, methods=["POST"])]
 
     async def _reply(self, http: HttpRequest) -> Response:
-        body = b""
-        async for chunk in http.stream():
-            body += chunk
-            if len(body) > MAX_BODY:
-                return self._turn_away(TOO_LARGE)
+        body = await read_within(http.stream(), MAX_BODY)
+        if body is None:
+            return self._turn_away(TOO_LARGE)
         require_library()
         verified = verify(self.config.secret.get_secret_value(), body, http.headers)
         if isinstance(verified, Refusal):

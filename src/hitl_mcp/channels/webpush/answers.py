@@ -17,6 +17,7 @@ from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.webpush.config import MAX_ANSWER_BODY, TOKEN_DAYS, Config
 from hitl_mcp.channels.webpush.devices import Device
 from hitl_mcp.core.models import Decision, Reply, Request, now
+from hitl_mcp.kit.net import read_within
 from hitl_mcp.kit.signing import SecretFile, Signer, b64url, unb64url
 
 __all__ = ["Answers"]
@@ -87,11 +88,9 @@ class Answers(BaseChannel):
         return [Route("/answer", self._answer_endpoint, methods=["POST"])]
 
     async def _answer_endpoint(self, http: HttpRequest) -> Response:
-        body = b""
-        async for chunk in http.stream():
-            body += chunk
-            if len(body) > MAX_ANSWER_BODY:
-                return JSONResponse({"error": "body too large"}, status_code=413)
+        body = await read_within(http.stream(), MAX_ANSWER_BODY)
+        if body is None:
+            return JSONResponse({"error": "body too large"}, status_code=413)
         try:
             data = json.loads(body or b"null")
         except (ValueError, RecursionError):
