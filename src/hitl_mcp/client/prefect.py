@@ -71,7 +71,11 @@ def run_key(name: str) -> str:
     return f"prefect:{flow.flow_run.id}:{middle}{name}"
 
 
-def _flow_key(name: str, channels: Sequence[str] | None, to: Sequence[str] | None) -> str:
+def _flow_ask(
+    name: str, channels: Sequence[str] | None, to: Sequence[str] | None, prefect_channel: str
+) -> dict[str, Any]:
+    """What a suspending flow's ask sends besides its words: the people or channels asked plus the
+    prefect channel that resumes the run, the run's own key (a retried run re-attaches), no wait."""
     if TaskRunContext.get() is not None:
         raise RuntimeError(
             "Prefect cannot suspend a task run: inside a task, ask with hitl.ask_user(..., "
@@ -79,7 +83,8 @@ def _flow_key(name: str, channels: Sequence[str] | None, to: Sequence[str] | Non
         )
     if not channels and not to:
         raise ValueError("channels or to: say who is asked (the prefect channel only resumes the run)")
-    return run_key(name)
+    names = [*(channels or []), prefect_channel]
+    return {"channels": names, "to": to, "idempotency_key": run_key(name), "wait": 0}
 
 
 def _pause_key(request_id: str, n: int) -> str:
@@ -121,10 +126,8 @@ async def asuspend_for_answer(
     suspend the flow run until the request is settled; its answer. ``channels``/``to``: who is asked
     (``prefect_channel``, the server's channel of type prefect, is added); ``name``: this ask's name
     within the run (another ask in the same flow needs another)."""
-    key = _flow_key(name, channels, to)
-    names = [*(channels or []), prefect_channel]
-    answer = await hitl.ask_user(question, channels=names, to=to, idempotency_key=key, wait=0, **ask)
-    return await _asleep(hitl, answer)
+    flow = _flow_ask(name, channels, to, prefect_channel)
+    return await _asleep(hitl, await hitl.ask_user(question, **flow, **ask))
 
 
 async def asuspend_for_approval(
@@ -138,10 +141,8 @@ async def asuspend_for_approval(
     **ask: Any,
 ) -> Answer:
     """:func:`asuspend_for_answer` for an approval (``hitl.request_approval``: ``payload``, ``risk``...)."""
-    key = _flow_key(name, channels, to)
-    names = [*(channels or []), prefect_channel]
-    answer = await hitl.request_approval(action, channels=names, to=to, idempotency_key=key, wait=0, **ask)
-    return await _asleep(hitl, answer)
+    flow = _flow_ask(name, channels, to, prefect_channel)
+    return await _asleep(hitl, await hitl.request_approval(action, **flow, **ask))
 
 
 def suspend_for_answer(
@@ -155,9 +156,7 @@ def suspend_for_answer(
     **ask: Any,
 ) -> Answer:
     """:func:`asuspend_for_answer` for a flow defined with ``def``."""
-    key = _flow_key(name, channels, to)
-    names = [*(channels or []), prefect_channel]
-    return _sleep(hitl, hitl.ask_user(question, channels=names, to=to, idempotency_key=key, wait=0, **ask))
+    return _sleep(hitl, hitl.ask_user(question, **_flow_ask(name, channels, to, prefect_channel), **ask))
 
 
 def suspend_for_approval(
@@ -171,7 +170,6 @@ def suspend_for_approval(
     **ask: Any,
 ) -> Answer:
     """:func:`asuspend_for_approval` for a flow defined with ``def``."""
-    key = _flow_key(name, channels, to)
-    names = [*(channels or []), prefect_channel]
-    answer = hitl.request_approval(action, channels=names, to=to, idempotency_key=key, wait=0, **ask)
-    return _sleep(hitl, answer)
+    return _sleep(
+        hitl, hitl.request_approval(action, **_flow_ask(name, channels, to, prefect_channel), **ask)
+    )
