@@ -45,9 +45,10 @@ people:
 """
 
 #: the notifications the service worker shows under a tag, once there is one (it shows them after
-#: the push event's promise settles, which DevTools does not wait for)
+#: the push event's promise settles, which DevTools does not wait for). Each of these polls gives up
+#: after 30 s: a CI run on a loaded 2-core box once took more than 5 s to start the worker and show.
 SHOWN = """async (tag) => {
-  for (let i = 0; i < 100; i++) {
+  for (let i = 0; i < 600; i++) {
     const found = await registration.getNotifications({ tag });
     if (found.length) return found.map((n) => ({ title: n.title, body: n.body,
       actions: n.actions.map((a) => a.action), tokens: n.data && n.data.tokens }));
@@ -57,7 +58,7 @@ SHOWN = """async (tag) => {
 }"""
 #: the same, once its body starts with ``prefix``
 SHOWN_AS = """async ([tag, prefix]) => {
-  for (let i = 0; i < 100; i++) {
+  for (let i = 0; i < 600; i++) {
     const found = await registration.getNotifications({ tag });
     if (found.length && found[0].body.startsWith(prefix)) return { title: found[0].title, body: found[0].body,
       actions: found[0].actions.map((a) => a.action) };
@@ -67,7 +68,7 @@ SHOWN_AS = """async ([tag, prefix]) => {
 }"""
 #: until no notification of the tag is left; whether none is
 GONE = """async (tag) => {
-  for (let i = 0; i < 100; i++) {
+  for (let i = 0; i < 600; i++) {
     if (!(await registration.getNotifications({ tag })).length) return true;
     await new Promise((r) => setTimeout(r, 50));
   }
