@@ -162,8 +162,7 @@ def main() -> int:
         for path in paths:
             meta = ROOT / "mutants" / f"{path}.meta"
             if not meta.exists():
-                print(f"{path}: no results in mutants/ (run `make mutation` first)", file=sys.stderr)
-                return 2
+                continue  # not in this run (`make mutation MUTATION_MODULES=...`): the module is "not run"
             codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
             for mutant, code in sorted(codes.items()):
                 tally.generated += 1
