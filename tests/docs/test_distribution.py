@@ -200,7 +200,7 @@ def test_only_channels_that_exist(path: Path) -> None:
     text = path.read_text()
     named = set(re.findall(r"\btype: ([a-z_]+)", text)) - {"stdio", "named", "positional"}
     assert named <= set(channel_types()), f"{path.name} names channel types {named - set(channel_types())}"
-    wished = {"telegram", "ntfy", "discord", "pushover", "whatsapp", "mattermost", "microsoft teams"}
+    wished = {"telegram", "ntfy", "discord", "pushover", "whatsapp", "mattermost", "teams"}
     for absent in sorted(wished - set(channel_types())):
         assert absent not in text.lower(), f"{path.name} mentions {absent}, which is no channel of hitl-mcp"
 

@@ -43,6 +43,7 @@ VERIFIED_BY: dict[str, str] = {
     "discord": "a Discord gateway interaction from an allowed user id, on a signed button",
     "mattermost": "a Mattermost signed action context, or its WebSocket event, from an allowed user id",
     "matrix": "a Matrix homeserver's /sync event from an allowed user id",
+    "teams": "a verified Bot Framework activity from an allowed Entra object id, on a signed button",
 }
 OTHER_WAYS = {"cli": "the OS user at the terminal, writing the database", "rule": "a remembered rule"}
 
