@@ -287,8 +287,6 @@ async def test_a_throttled_connector_is_retried(bot: tuple[TeamsStandin, Broker,
 
 async def test_check_and_a_refused_secret(tmp_path: Path, standin: tuple[TeamsStandin, str]) -> None:
     stand, entra = standin
-    from hitl_mcp.broker import Broker as _  # noqa: F401
-
     good = teams.Channel("teams", teams_config(stand, entra), hub=None)  # type: ignore[arg-type]
     said = await good.check()
     assert said.startswith(f"ok: the bot got its token and sees conversation {CONVERSATION} (3 members)")
@@ -298,6 +296,12 @@ async def test_check_and_a_refused_secret(tmp_path: Path, standin: tuple[TeamsSt
         await bad.check()
     assert caught.value.permanent and "invalid_client" in str(caught.value)
     assert "wrong-secret" not in str(caught.value) and SECRET not in str(caught.value)
+    await bad.close()
+    away = {"login": "https://127.0.0.1:9", "openid_metadata": "http://127.0.0.1:9/k", "token_issuer": ISSUER}
+    gone = teams.Channel("teams", teams_config(stand, entra, endpoints=away), hub=None)  # type: ignore[arg-type]
+    with pytest.raises(DeliveryError, match=r"could not reach Entra at https://127\.0\.0\.1:9 \(") as caught:
+        await gone.check()
+    assert not caught.value.permanent
 
 
 def test_config_says_what_is_missing() -> None:

@@ -60,21 +60,17 @@ class Connector:
         config, cloud = self.config, cloud_of(self.config)
         assert config.app_id is not None and config.app_password is not None
         with self._lock:
-            if self._app is None:
-                self._app = msal.ConfidentialClientApplication(
-                    config.app_id,
-                    client_credential=config.app_password.get_secret_value(),
-                    authority=f"{cloud.login_endpoint}/{config.tenant_id or cloud.login_tenant}",
-                    instance_discovery=False,  # the authority is the cloud's own: nothing to discover
-                    timeout=HTTP_TIMEOUT,
-                )
             try:
+                if self._app is None:  # MSAL reads the authority's OpenID configuration here
+                    self._app = msal.ConfidentialClientApplication(
+                        config.app_id,
+                        client_credential=config.app_password.get_secret_value(),
+                        authority=f"{cloud.login_endpoint}/{config.tenant_id or cloud.login_tenant}",
+                        instance_discovery=False,  # the authority is the cloud's own: nothing to discover
+                        timeout=HTTP_TIMEOUT,
+                    )
                 result = self._app.acquire_token_for_client(scopes=[cloud.bot_scope])
-            except ValueError as exc:  # MSAL could not read the authority's OpenID configuration
-                raise DeliveryError(
-                    f"could not reach Entra at {cloud.login_endpoint} ({type(exc).__name__})"
-                ) from None
-            except OSError as exc:  # requests' connection errors
+            except (ValueError, OSError) as exc:  # an unreadable configuration; requests' errors
                 raise DeliveryError(
                     f"could not reach Entra at {cloud.login_endpoint} ({type(exc).__name__})"
                 ) from None
@@ -128,6 +124,9 @@ class Connector:
         return str(sent.id)
 
     async def aclose(self) -> None:
+        app, self._app = self._app, None
+        if app is not None:
+            app.http_client.close()  # MSAL's requests session: its keep-alive connection to Entra
         client, self._client = self._client, None
         if client is not None:
             with anyio.CancelScope(shield=True):
@@ -163,8 +162,8 @@ def refused(what: str, response: Any) -> DeliveryError:
     except (ValueError, AttributeError):
         said = str(status)
     if status == 429:
-        wait = retry_after(dict(response.headers)) or 5.0
-        return DeliveryError(f"{what}: throttled by Teams", retry_after=wait)
+        wait = retry_after(dict(response.headers))
+        return DeliveryError(f"{what}: throttled by Teams", retry_after=5.0 if wait is None else wait)
     if status in (401, 403):
         return DeliveryError(
             f"{what}: the Bot Connector refused the bot ({status}: {said}); is the bot added to the "
