@@ -357,7 +357,7 @@ async def test_a_delegation_runs_out_at_its_until(tmp_path: Path) -> None:
                 "set_at": later,
             },
         ]
-        rows = [(r.event, r.data) for r in await store.audit() if r.event.startswith("delegation")]
+        rows = [(r.event, r.data) for r in await broker.history.audit() if r.event.startswith("delegation")]
         assert rows == [
             ("delegation_set", {"from": "owner", "to": "backup", "until": "2098-12-24T10:00:00.000Z"}),
             ("delegation_set", {"from": "backup", "to": "owner", "until": "2098-12-24T11:00:00.000Z"}),
