@@ -10,7 +10,9 @@ on ``push`` only, so where a request went says who it went to.
 
 from __future__ import annotations
 
+import json
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from hitl_mcp.core.models import Kind, Status, iso, now
 from hitl_mcp.core.quorum import Quorum
 from hitl_mcp.core.results import to_outcome
 from hitl_mcp.core.store import Store
+from hitl_mcp.store.sqlite import SqliteStore
 from tests.conftest import cli, make_config, running
 from tests.support.harness import channel_broker
 from tests.support.meeting import meeting_stores
@@ -160,8 +163,16 @@ def test_chains_are_bounded_and_loops_refused() -> None:
     assert chain_problem(loop) == "delegations form a loop: owner -> backup -> lead -> owner"
     assert delegate_of("owner", {d.from_: d.to for d in loop}) == ("lead", ["backup"])  # stops before owner
     # windows that do not overlap are not a loop: owner away in December, backup in January
-    apart = [away(end=now() + 100), away("backup", "owner", start=now() + 100, end=now() + 200)]
+    t = now()
+    apart = [away(end=t + 100), away("backup", "owner", start=t + 200, end=t + 300)]
     assert chain_problem(apart) is None
+    # nor are back-to-back ones: backup takes over from owner at the very instant owner's ends
+    handover = [away(end=t + 100), away("backup", "owner", start=t + 100, end=t + 200)]
+    assert chain_problem(handover) is None
+    assert chain_problem(list(reversed(handover))) is None
+    # but one second of overlap is a loop
+    overlapping = [away(end=t + 101), away("backup", "owner", start=t + 100, end=t + 200)]
+    assert chain_problem(overlapping) == "delegations form a loop: owner -> backup -> owner"
 
 
 def config_error(delegations: str) -> str:
@@ -192,8 +203,9 @@ def test_config_delegations_are_checked() -> None:
     assert "delegations[0]: until must come after from_time" in config_error(
         "delegations: [{from: owner, to: backup, from_time: 2026-12-24, until: 2026-12-24}]"
     )
-    assert "expected an ISO date or date-time" in config_error(
-        "delegations: [{from: owner, to: backup, until: next week}]"
+    assert config_error("delegations: [{from: owner, to: backup, until: next week}]") == (
+        "hitl.yaml:6: delegations[0].until: expected an ISO date or date-time such as 2026-12-24 or "
+        "2026-12-24T18:00:00Z, got 'next week'"
     )
 
 
@@ -302,6 +314,109 @@ async def test_an_end_and_a_set_at_once_both_take_effect_and_two_ends_end_once(t
             ("delegation_set", "lead"),
             ("delegation_set", "owner"),
         ]
+
+
+async def test_a_delegation_runs_out_at_its_until(tmp_path: Path) -> None:
+    """``until`` is the first instant a delegation no longer holds: one that would end at once is
+    refused, and from its ``until`` on a delegation is neither in a new one's way nor ended again. What
+    is stored (the config's keys, for every process on the store) and audited."""
+    at = delegation.when("2098-12-24T09:00:00Z")
+
+    async def put(person: str, to: str, until: float, start: float | None, moment: float) -> Delegation:
+        return await delegation.put(
+            store, person, to, until, start, people=PEOPLE, configured=[], actor="ana", at=moment
+        )
+
+    async with channel_broker(tmp_path, start=False) as broker:
+        store = broker.store
+        with pytest.raises(delegation.Refused, match=r"^until is in the past$"):
+            await put("owner", "backup", at, None, at)
+        await put("owner", "backup", at + 3600, None, at)
+        # an hour later owner's has run out: backup -> owner is no loop, and replaces it in the list
+        later = at + 3600
+        await put("backup", "owner", later + 3600, None, later)
+        await put("lead", "backup", later + 600, later + 60, later)  # from a minute on, for ten
+        assert await delegation.end(store, "owner", "ana", later) == []  # nothing left to end
+        assert await delegation.end(store, "backup", "ana", later + 3600) == []  # its until: over
+
+        assert json.loads(await store.get_state(*delegation.STATE) or "") == [
+            {
+                "from": "backup",
+                "to": "owner",
+                "from_time": None,
+                "until": later + 3600,
+                "set_by": "ana",
+                "set_at": later,
+            },
+            {
+                "from": "lead",
+                "to": "backup",
+                "from_time": later + 60,
+                "until": later + 600,
+                "set_by": "ana",
+                "set_at": later,
+            },
+        ]
+        rows = [(r.event, r.data) for r in await broker.history.audit() if r.event.startswith("delegation")]
+        assert rows == [
+            ("delegation_set", {"from": "owner", "to": "backup", "until": "2098-12-24T10:00:00.000Z"}),
+            ("delegation_set", {"from": "backup", "to": "owner", "until": "2098-12-24T11:00:00.000Z"}),
+            (
+                "delegation_set",
+                {
+                    "from": "lead",
+                    "to": "backup",
+                    "until": "2098-12-24T10:10:00.000Z",
+                    "from_time": "2098-12-24T10:01:00.000Z",
+                },
+            ),
+        ]
+
+
+class _BusyStore(SqliteStore):
+    """A store on which, while ``busy``, another process changes the delegations (lead's, to owner)
+    right after each read of them, so that every write over what was read loses."""
+
+    busy = False
+    changes = 0
+
+    async def get_state(self, channel: str, key: str) -> str | None:
+        value = await super().get_state(channel, key)
+        if self.busy and (channel, key) == delegation.STATE:
+            self.changes += 1
+            theirs = away("lead", "owner").model_copy(update={"set_at": float(self.changes)})
+            read = [Delegation.model_validate(d) for d in json.loads(value or "[]")]
+            await delegation.store(self, [*(d for d in read if d.from_ != "lead"), theirs])
+        return value
+
+
+async def test_a_change_that_keeps_losing_to_others_changes_nothing_and_says_so(tmp_path: Path) -> None:
+    store = _BusyStore(tmp_path / "hitl.sqlite3")
+    await store.open()
+    try:
+        at = now()
+        await put_for_an_hour(store, "owner", at)
+        (before,) = await delegation.stored(store)
+        store.busy = True
+        with pytest.raises(ValueError) as lost:
+            await put_for_an_hour(store, "owner", at + 1)
+        assert not isinstance(lost.value, delegation.Refused) and str(lost.value) == (
+            "owner's delegation was not set: the delegations were changed by someone else 5 times "
+            "while it was written; nothing was changed, try again"
+        )
+        with pytest.raises(ValueError) as lost:
+            await delegation.end(store, "owner", "inbox", at + 1)
+        assert str(lost.value) == (
+            "owner's delegation was not ended: the delegations were changed by someone else 5 times "
+            "while it was written; nothing was changed, try again"
+        )
+        assert store.changes == 2 * delegation.ATTEMPTS
+        store.busy = False
+        assert [d for d in await delegation.stored(store) if d.from_ == "owner"] == [before]
+        rows = [(r.event, r.data["from"]) for r in await store.audit()]
+        assert rows == [("delegation_set", "owner")]  # the first one only
+    finally:
+        await store.close()
 
 
 async def test_the_inbox_lists_the_delegations_active_now(state_dir: Path) -> None:
@@ -443,12 +558,38 @@ def test_when_reads_a_date_a_date_time_or_a_number_and_says_what_it_expected() -
     assert when(date(2026, 12, 24)) == 1_798_070_400.0
     assert when(datetime(2026, 12, 24, 18, tzinfo=timezone(timedelta(hours=-2)))) == 1_798_142_400.0
     assert when(datetime(2026, 12, 24, 18)) == 1_798_135_200.0
+    assert when("2026-12-24Z") == 1_798_070_400.0  # a date with UTC's Z
     assert when(5) == 5.0 and isinstance(when(5), float)
     for value, said in (
         (True, "expected an ISO date or date-time such as 2026-12-24 or 2026-12-24T18:00:00Z"),
         ("soon", "'soon' is not an ISO date or date-time such as 2026-12-24 or 2026-12-24T18:00:00Z"),
+        (  # ISO 8601's zone designator is a capital Z
+            "2026-12-24T18:00:00z",
+            "'2026-12-24T18:00:00z' is not an ISO date or date-time such as 2026-12-24 or "
+            "2026-12-24T18:00:00Z",
+        ),
         ([2026], "expected an ISO date or date-time such as 2026-12-24"),
     ):
         with pytest.raises(ValueError) as refused:
             when(value)
         assert str(refused.value) == said
+
+
+@pytest.mark.skipif(not hasattr(time, "tzset"), reason="time.tzset is Unix only")
+def test_a_time_without_an_offset_is_utc_whatever_the_servers_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--until 2026-12-24`` means the same instant on a server set to New York (UTC-5) or Tokyo."""
+    from datetime import date, datetime
+
+    from hitl_mcp.core.delegation import when
+
+    try:
+        for zone in ("EST+05", "JST-09"):  # POSIX zones: no time zone database needed
+            monkeypatch.setenv("TZ", zone)
+            time.tzset()
+            assert when("2026-12-24") == 1_798_070_400.0
+            assert when("2026-12-24T18:00:00") == 1_798_135_200.0
+            assert when(date(2026, 12, 24)) == 1_798_070_400.0
+            assert when(datetime(2026, 12, 24, 18)) == 1_798_135_200.0
+    finally:
+        monkeypatch.undo()
+        time.tzset()

@@ -298,6 +298,42 @@ async def test_a_vote_for_another_payload_does_not_count(tmp_path: Path) -> None
         assert (await broker.get_or_raise(request.id)).votes == []
 
 
+async def test_votes_count_for_the_preview_shown_and_a_vote_for_another_does_not(tmp_path: Path) -> None:
+    """A quorum's approval with a preview: each vote is given for the preview's hash, the votes for
+    the one shown are counted together, and one given for another preview is not counted."""
+    preview = {"kind": "sql", "statement": "DELETE FROM invoices WHERE id = 7", "dialect": "postgres"}
+    async with channel_broker(tmp_path, push, mail) as broker:
+        phone, inbox = use_people(broker)
+        request = await approval(broker, preview=preview)
+        assert request.preview_sha256 is not None
+        other = Reply(
+            channel="push",
+            responder="SECURITY",
+            decision="approve",
+            person="security",
+            payload_sha256=request.payload_sha256,
+            preview_sha256="0" * 64,
+        )
+        outcome = check_reply(request, other)
+        stale = await broker.store.resolve(request.id, other, outcome, expiry_outcome(request), ())
+        assert stale is not None and not stale.won and not stale.counted
+        assert stale.reason == "the vote was given for a different preview"
+
+        first = await phone.reply(request.id, "LEAD", decision="approve")
+        assert (
+            isinstance(first, Counted)
+            and first.progress == "1 of 2 approvals — waiting for security or owner"
+        )
+        done = await inbox.reply(request.id, "owner@example.com", decision="approve")
+        assert isinstance(done, Answered) and not isinstance(done, Counted)
+        settled = await broker.get_or_raise(request.id)
+        assert settled.status == Status.ANSWERED and settled.approved is True
+        assert [(v.person, v.preview_sha256) for v in settled.votes] == [
+            ("lead", request.preview_sha256),
+            ("owner", request.preview_sha256),
+        ]
+
+
 CONFIG = """
 channels:
   web: {type: web}
@@ -424,3 +460,4 @@ def test_the_count_in_words_and_what_it_decides() -> None:
     assert decision(Quorum(required=2, of=["ana", "bo", "cy"]), [vote("bo", "deny")]) == "deny"  # veto: any
     refused = count_vote(three, two_denied, vote("cy"), None)
     assert refused.counted is False and refused.decision == "deny" and refused.reason == "cy already voted"
+    assert refused.votes == two_denied  # the votes counted, without the refused one

@@ -192,7 +192,8 @@ async def _read(source: Store) -> tuple[str | None, list[Delegation]]:
 
 
 def _dump(delegations: Sequence[Delegation]) -> str:
-    return json.dumps([d.model_dump(mode="json", by_alias=True) for d in delegations])
+    # every field is a str, a float (a finite one: ``when`` reads it from a date) or None, as JSON has them
+    return json.dumps([d.model_dump(by_alias=True) for d in delegations])
 
 
 def _contended(what: str) -> ValueError:
