@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hitl_mcp.config import ConfigError
+from hitl_mcp.config import MAX_BYTES, ConfigError
 from hitl_mcp.gate.hints import ToolHints, hints_of
 from hitl_mcp.gate.paths import lookup
 from hitl_mcp.gate.policy import describe, load_policy, parse_policy
@@ -212,6 +212,28 @@ def test_load_policy_from_a_file(tmp_path: Path) -> None:
     assert (loaded.default, loaded.source) == ("allow", path.absolute())
     path.write_bytes(b"\xef\xbb\xbfdefault: deny\n")  # a byte order mark is not part of the text
     assert load_policy(path).default == "deny"
+
+
+def test_a_policy_file_over_the_limit_is_refused_whole(tmp_path: Path) -> None:
+    path = tmp_path / "gate.yaml"
+    head = b"default: allow\n#"
+    path.write_bytes(head + b"x" * (MAX_BYTES - len(head) - 1) + b"\n")  # at the limit: read
+    assert load_policy(path).default == "allow"
+    over = [
+        head + b"x" * MAX_BYTES,
+        # with a byte order mark: not read up to the limit and the rules after it left out
+        b"\xef\xbb\xbf"
+        + head
+        + b"x" * (MAX_BYTES - len(head) - 2)
+        + b"\nrules: [{tools: [a], action: deny}]\n",
+        # the limit cuts an "é" in two: still too large, not "invalid UTF-8"
+        head + b"x" * (MAX_BYTES - len(head)) + "é".encode(),
+    ]
+    for data in over:
+        path.write_bytes(data)
+        with pytest.raises(ConfigError) as caught:
+            load_policy(path)
+        assert str(caught.value) == f"{path}: the file is larger than 1 MiB"
 
 
 def test_load_policy_names_the_file_in_every_error(tmp_path: Path) -> None:
