@@ -273,7 +273,7 @@ def parse_policy(text: str, source: str | None = None) -> Policy:
         policy = Policy.model_validate(doc.data)
     except ValidationError as exc:
         errors = _convert(exc, Policy, (), doc, source)
-        errors.sort(key=lambda e: e.line if e.line is not None else 1 << 30)
+        errors.sort(key=lambda e: e.line or 0)  # each has one: the top-level mapping's at least
         first = errors[0]
         raise ConfigError(
             first.message, file=first.file, line=first.line, key=first.key, more=errors[1:]
