@@ -273,7 +273,7 @@ def parse_policy(text: str, source: str | None = None) -> Policy:
         policy = Policy.model_validate(doc.data)
     except ValidationError as exc:
         errors = _convert(exc, Policy, (), doc, source)
-        errors.sort(key=lambda e: e.line if e.line is not None else 1 << 30)
+        errors.sort(key=lambda e: e.line or 0)  # each has one: the top-level mapping's at least
         first = errors[0]
         raise ConfigError(
             first.message, file=first.file, line=first.line, key=first.key, more=errors[1:]
@@ -285,11 +285,14 @@ def load_policy(path: str | Path) -> Policy:
     shown = str(path)
     file = Path(path).expanduser()
     try:
-        raw = file.read_bytes()[: MAX_BYTES + 1]
+        with file.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError("no such policy file", file=shown) from None
     except OSError as exc:
         raise ConfigError(f"cannot be read: {exc.strerror or exc}", file=shown) from None
+    if len(raw) > MAX_BYTES:  # before decoding: the cut may split a character or follow a BOM
+        raise ConfigError(f"the file is larger than {MAX_BYTES // 1024 // 1024} MiB", file=shown)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
