@@ -19,7 +19,7 @@ from mcp import Client
 import hitl_mcp.broker.broker as broker_module
 import hitl_mcp.broker.outbox as outbox_module
 from hitl_mcp.broker import AskSpec, Broker
-from hitl_mcp.broker.digests import compose
+from hitl_mcp.broker.digests import LINE_LIMIT, compose
 from hitl_mcp.channels import ntfy, slack, telegram, twilio_sms
 from hitl_mcp.channels.base import ChannelConfig
 from hitl_mcp.channels.testing import TestChannel
@@ -239,6 +239,62 @@ def test_a_long_digest_lists_twenty_and_counts_the_rest() -> None:
     assert len(lines) == 21 and lines[-1] == "… and 5 more in the inbox"
     assert lines[0].endswith("[ci] note 0") and lines[1].endswith("[deployer] note 1")
     assert digest.client_name == "several agents"
+
+
+def note(i: int, text: str | None = None, client_name: str | None = "ci") -> Request:
+    """Notification ``i`` of a window, a second after the one before."""
+    return Request(
+        id=f"n{i:02d}",
+        kind=Kind.NOTIFICATION,
+        status=Status.NOTIFIED,
+        text=f"note {i}" if text is None else text,
+        level="info",
+        created_at=1_800_000_000.0 + i,
+        client_name=client_name,
+        owner=f"agent:{client_name}",
+    )
+
+
+def test_a_digest_of_one_notification_says_one_and_names_its_agent() -> None:
+    digest = compose([note(0)], "phone", 1_800_000_900.0)
+    assert digest.title == "digest: 1 notification"
+    assert digest.text == "• 08:00 note 0"
+    assert digest.client_name == "ci"
+    hook = events.notification(digest, None)["data"]
+    assert (hook["title"], hook["client"]) == ("digest: 1 notification", "ci")
+
+
+def test_twenty_notifications_are_all_listed_with_nothing_more_to_count() -> None:
+    lines = compose([note(i) for i in range(20)], "phone", 1_800_000_900.0).text.splitlines()
+    assert len(lines) == 20 and lines[-1] == "• 08:00 note 19"
+
+
+def test_a_line_is_cut_at_its_limit_and_an_agent_with_no_name_is_an_agent() -> None:
+    fits, over = "x" * LINE_LIMIT, "y" * (LINE_LIMIT + 1)
+    assert compose([note(0, fits)], "phone", 1_800_000_900.0).text == f"• 08:00 {fits}"
+    assert compose([note(0, over)], "phone", 1_800_000_900.0).text == f"• 08:00 {'y' * (LINE_LIMIT - 1)}…"
+    two = compose([note(0, client_name="ci"), note(1, client_name=None)], "phone", 1_800_000_900.0)
+    assert two.text.splitlines() == ["• 08:00 [ci] note 0", "• 08:00 [an agent] note 1"]
+
+
+async def test_a_repeat_of_a_notification_sent_to_a_channel_since_removed_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same notification again (its idempotency key) after a restart without the channel it went
+    to: the result says where it went, and nothing waits for a digest on a channel this process lacks."""
+    Clock(monkeypatch)
+    db = tmp_path / "shared.sqlite3"
+    async with channel_broker(tmp_path, phone, desk, db=db) as before:
+        first = await before.notify(info("Backup done", idempotency_key="b1", channels=["desk"]))
+        assert (first.delivered, first.digest) == (["desk"], [])
+    async with channel_broker(tmp_path / "after", phone, db=db) as after:
+        again = await after.notify(info("Backup done", idempotency_key="b1", channels=["phone"]))
+        assert (again.request_id, again.delivered, again.failed, again.digest) == (
+            first.request_id,
+            ["desk"],
+            [],
+            [],
+        )
 
 
 @pytest.mark.parametrize(

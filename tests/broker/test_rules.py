@@ -218,6 +218,23 @@ async def test_the_default_rule_is_exact_even_for_glob_characters(state_dir: Pat
         assert (other.status, same.status) == (Status.PENDING, Status.ANSWERED)
 
 
+async def test_the_default_rule_for_a_gated_call_binds_its_action_line_too(state_dir: Path) -> None:
+    """A gated call's subject is its tool, so the rule binds the action line the person read as well:
+    the identical call is the rule's, the same call worded otherwise is asked of a person."""
+    call = {"tool": "Bash", "arguments": {"command": "rm *.log"}}
+    async with running(state_dir) as rt:
+        broker = await rt.broker()
+        first, _ = await broker.ask(approval(text="Run `rm *.log`", payload=call, channels=["web"]))
+        await broker.add_rule(**exactly(first), created_by="me")
+        same, _ = await broker.ask(
+            approval(text="Run `rm *.log`", payload=call, channels=["web"], idempotency_key="same")
+        )
+        reworded, _ = await broker.ask(
+            approval(text="Tidy the logs", payload=call, channels=["web"], idempotency_key="reworded")
+        )
+        assert (same.status, same.channel, reworded.status) == (Status.ANSWERED, "rule", Status.PENDING)
+
+
 # ------------------------------------------------------------------------------ the kill switch
 
 

@@ -70,7 +70,7 @@ def test_a_name_with_a_control_or_bidi_character_is_refused_naming_it(char: str)
     )
 
 
-@pytest.mark.parametrize("char", ["\x20", "\xa0", "\u2029", "\u202f", "\u2065", "\u206a"])
+@pytest.mark.parametrize("char", ["\x20", "\xa0", "\u2029", "\u202f", "\u2065", "\u206a", "\ud7ff", "\ue000"])
 def test_the_characters_just_outside_the_refused_ranges_are_taken(char: str) -> None:
     assert rules.check_name("tool", f"a{char}b") == f"a{char}b"
 
@@ -119,6 +119,8 @@ def test_patterns_that_are_patterns_come_back_as_given(pattern: Any) -> None:
             """the condition on 'a' is an object: it must be {"glob": "<pattern>"}""",
         ),
         ({"match": {"a": {}}}, """the condition on 'a' is an object: it must be {"glob": "<pattern>"}"""),
+        # what a Python caller of Broker.add_rule may hand over that JSON cannot hold: a set
+        ({"exact": {"tags": {"a", "b"}}}, f"an argument pattern is JSON: {VALID}"),
     ],
 )
 def test_what_is_not_a_pattern_says_what_would_be(pattern: Any, said: str) -> None:
@@ -153,6 +155,9 @@ def test_a_pattern_too_long_and_text_that_is_not_json_are_refused() -> None:
         ValueError, match=exact("the argument pattern is longer than 70,000 characters of JSON")
     ):
         rules.load_pattern(" " * (4 * rules.MAX_PATTERN_CHARS + 1))
+    # JSON text up to four times the limit is read (indented, say): its canonical form is what counts
+    padded = '{"exact": 1}' + " " * (4 * rules.MAX_PATTERN_CHARS - len('{"exact": 1}'))
+    assert rules.load_pattern(padded) == {"exact": 1}
     with pytest.raises(
         ValueError, match=exact("the argument pattern is not JSON: Expecting value at character 0")
     ):
@@ -179,6 +184,8 @@ def test_arguments_fit_a_pattern() -> None:
 def test_shown_and_max_risk_are_checked() -> None:
     assert rules.check_shown(None) is None
     assert rules.check_shown({"details": None, "text": "x"}) == {"details": None, "text": "x"}
+    every = {"text": "Run `ls`", "details": None, "context": "in /srv"}  # what a gated call's rule binds
+    assert rules.check_shown(every) == every
     for bad in ([], {"title": "x"}, {"details": 3}):
         with pytest.raises(
             ValueError, match=exact("the words a rule binds are null or an object of text, details, context")

@@ -30,7 +30,7 @@ LINE_LIMIT = 300
 
 def window(channel: Channel) -> float | None:
     """The channel's digest window in seconds, or None when it sends each notification at once."""
-    seconds = getattr(channel.config, "digest", None)
+    seconds = channel.config.digest  # every channel's config (ChannelConfig) has one
     return float(seconds) if seconds else None
 
 

@@ -60,21 +60,26 @@ MAX_USES = 1_000_000
 MAX_RULE_ID = 2**63 - 1
 
 
-def whole(text: str, what: str, most: int) -> int:
-    """A whole number from 1 to ``most`` written in the digits 0-9; else ``ValueError`` saying so
-    (``"²".isdigit()`` and ``int("٣")`` are Python's idea of a digit, not a person's)."""
+def _number(text: str, most: int) -> int | None:
+    """A whole number from 1 to ``most`` written in the digits 0-9, else None (``"²".isdigit()`` and
+    ``int("٣")`` are Python's idea of a digit, not a person's)."""
     text = text.strip()
     if not (text.isascii() and text.isdigit()) or len(text) > len(str(most)) or not 0 < int(text) <= most:
-        raise ValueError(f"{what} is a whole number from 1 to {most:,}, in the digits 0-9")
+        return None
     return int(text)
+
+
+def whole(text: str, what: str, most: int) -> int:
+    """A whole number from 1 to ``most`` written in the digits 0-9; else ``ValueError`` saying so."""
+    number = _number(text, most)
+    if number is None:
+        raise ValueError(f"{what} is a whole number from 1 to {most:,}, in the digits 0-9")
+    return number
 
 
 def rule_id(text: str) -> int | None:
     """A rule's id as written (a path, an argument), or None when it cannot be one."""
-    try:
-        return whole(text, "a rule's id", MAX_RULE_ID)
-    except ValueError:
-        return None
+    return _number(text, MAX_RULE_ID)
 
 
 def shown_id(text: str) -> str:
@@ -134,15 +139,17 @@ def _too_deep() -> str:
     return f"the argument pattern is nested more than {MAX_PATTERN_DEPTH} levels deep"
 
 
-def _depth(value: Any) -> int:
-    """How deep JSON nests (a scalar: 0), without recursion; stops counting past the limit."""
-    deepest, stack = 0, [(value, 0)]
+def _nested_too_deep(value: Any) -> bool:
+    """Whether JSON nests more than ``MAX_PATTERN_DEPTH`` levels (a scalar: none), without recursion;
+    stops at the first object or array past the limit."""
+    stack = [(value, 0)]
     while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list) and depth <= MAX_PATTERN_DEPTH:
-            deepest = max(deepest, depth + 1)
+        item, depth = stack.pop()  # depth: the objects and arrays around item
+        if isinstance(item, dict | list):
+            if depth >= MAX_PATTERN_DEPTH:
+                return True
             stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
+    return False
 
 
 def check_pattern(pattern: Any) -> Any:
@@ -150,7 +157,7 @@ def check_pattern(pattern: Any) -> Any:
     valid = 'null, {"exact": <any JSON>} or {"match": {"<argument>": <JSON value or {"glob": "..."}>}}'
     if pattern is None:
         return None
-    if _depth(pattern) > MAX_PATTERN_DEPTH:
+    if _nested_too_deep(pattern):
         raise ValueError(_too_deep())
     try:
         size = len(canonical_json(pattern))
