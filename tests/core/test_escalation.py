@@ -12,13 +12,16 @@ from typing import Any
 
 import pytest
 
-from hitl_mcp.broker import AskSpec, Broker
-from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery
+from hitl_mcp.broker import AskDefaults, AskSpec, Broker
+from hitl_mcp.channels.base import Channel, ChannelConfig, Counted, Delivery
 from hitl_mcp.channels.testing import TestChannel
+from hitl_mcp.core import delegation
+from hitl_mcp.core.delegation import Delegation
 from hitl_mcp.core.errors import UnknownChannel
-from hitl_mcp.core.escalation import Choice, Policy
+from hitl_mcp.core.escalation import TERMINAL_CHANNEL, Choice, Policy
 from hitl_mcp.core.ladders import LadderConfig
-from hitl_mcp.core.models import Kind, Request, Status, now
+from hitl_mcp.core.models import Kind, Reply, Request, Risk, Status, now
+from hitl_mcp.core.quorum import Quorum
 from tests.support.events import until
 from tests.support.harness import channel_broker, watching
 
@@ -175,17 +178,74 @@ async def test_without_a_ladder_nothing_is_scheduled(tmp_path: Path) -> None:
 async def test_a_risk_picks_its_own_ladder_and_none_opts_out(tmp_path: Path) -> None:
     async with channel_broker(tmp_path, push) as broker:
         use(broker, {"after": "1h", "remind": True})
-        broker.policy.ladders = {**broker.policy.ladders, "urgent": ladder({"after": "1m", "remind": True})}
+        broker.policy.ladders = {
+            **broker.policy.ladders,
+            "urgent": ladder({"after": "1m", "remind": True}),
+            "none": ladder({"after": "1s", "remind": True}),  # `none` still means no ladder
+        }
         broker.policy.choices = {
             Kind.QUESTION: Choice(escalation="none"),
             (Kind.APPROVAL, "high"): Choice(escalation="urgent"),
+            (Kind.APPROVAL, "medium"): Choice(escalation="none"),  # also an approval that names no risk
         }
         high, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="rm -rf", risk="high"))
         low, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="ls", risk="low"))
+        unrated, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="du"))
         question, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Lunch?"))
         assert [round(s.due_at - high.created_at) for s in await broker.store.steps(high.id)] == [60]
         assert [round(s.due_at - low.created_at) for s in await broker.store.steps(low.id)] == [3600]
+        assert await broker.store.steps(unrated.id) == []
         assert await broker.store.steps(question.id) == []
+
+
+class Form(TestChannel):
+    """The host's own form (as the elicitation channel is): the gate never asks there."""
+
+    is_form = True
+
+
+def form(hub: Any) -> TestChannel:
+    return Form("form", hub=hub)
+
+
+async def test_the_gate_s_ladder_never_adds_the_host_s_form(tmp_path: Path) -> None:
+    """An ask with ``forms=False`` (the gate's): a step's form channel is dropped, and a notify step
+    left with no channel is not scheduled; its reminders still are."""
+    async with channel_broker(tmp_path, push, also=[mail, form]) as broker:
+        broker.policy = Policy(
+            people={**PEOPLE, "dev": {"form": "dev"}},  # dev is known only at the host's window
+            ladders={
+                "default": ladder(
+                    {"after": "1m", "remind": True},
+                    {"after": "2m", "notify": ["form"]},
+                    {"after": "3m", "notify_people": ["dev"]},
+                    {"after": "4m", "notify": ["form", "mail"]},
+                )
+            },
+            types={"push": "testing", "mail": "testing", "form": "elicitation"},
+        )
+        request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="rm -rf build", forms=False))
+        steps = [(s.number, s.action, s.channels, s.label) for s in await broker.store.steps(request.id)]
+        assert steps == [(1, "remind", [], "remind"), (4, "notify", ["mail"], "notify form, mail")]
+        await broker.cancel(request.id, "not needed", "agent")
+        assert ("steps_cancelled", {"steps": ["1: remind", "4: notify form, mail"]}) in await events(
+            broker, request.id
+        )
+
+
+async def test_at_a_share_needs_a_window(tmp_path: Path) -> None:
+    """A broker whose defaults give questions no timeout: an ``at`` step has no window to share."""
+    async with channel_broker(tmp_path, push) as broker:
+        use(broker, {"at": "50%", "remind": True})
+        broker.defaults = AskDefaults(channels=broker.defaults.channels, timeouts={})
+        with pytest.raises(
+            UnknownChannel, match=r"^an 'at: N%' escalation step needs a timeout to take a share of$"
+        ):
+            await broker.ask(AskSpec(kind=Kind.QUESTION, text="When?"))
+        timed, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="When?", timeout_seconds=100))
+        assert [s.due_at - timed.created_at for s in await broker.store.steps(timed.id)] == [
+            pytest.approx(50)
+        ]
 
 
 # --- people --------------------------------------------------------------------------------------
@@ -216,22 +276,76 @@ async def test_to_asks_people_on_the_channels_where_they_have_an_address(tmp_pat
         assert request.channels == ["mail"]
         both, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="All?", to=["backup", "owner"]))
         assert both.channels == ["push", "mail"]
-        with pytest.raises(UnknownChannel, match="unknown person 'nobody'; people: owner, backup"):
+        # an identity keyed by a channel type reaches every channel of that type
+        owner, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Owner?", to=["owner"]))
+        assert owner.channels == ["push", "mail"]
+        with pytest.raises(UnknownChannel, match=r"^unknown person 'nobody'; people: owner, backup$"):
             await broker.ask(AskSpec(kind=Kind.QUESTION, text="?", to=["nobody"]))
+        with pytest.raises(
+            UnknownChannel, match=r"^unknown person 'nobody', 'ghost'; people: owner, backup$"
+        ):
+            await broker.ask(AskSpec(kind=Kind.QUESTION, text="?", to=["nobody", "ghost"]))
         # defaults per tool: the defaults' channels and the defaults' people
         broker.policy.choices = {Kind.QUESTION: Choice(to=["backup"])}
         default, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Default people?"))
-        assert default.channels == ["push", "mail"]
+        assert default.channels == ["push", "mail"] and default.to == ["backup"]
+        # per risk: the risk's people over the tool's (even none at all)
+        broker.policy.choices = {
+            Kind.APPROVAL: Choice(to=["owner"]),
+            (Kind.APPROVAL, "high"): Choice(to=["backup"]),
+            (Kind.APPROVAL, "low"): Choice(to=[]),
+        }
+        high, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Drop it?", risk="high"))
+        assert (high.to, high.channels) == (["backup"], ["push", "mail"])
+        medium, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Restart?"))
+        assert medium.to == ["owner"]
+        low, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Read?", risk="low"))
+        assert (low.to, low.channels) == (None, ["push"])
+
+
+async def test_no_one_to_ask_is_said_in_words(tmp_path: Path) -> None:
+    async with channel_broker(tmp_path, push) as broker:
+        # no people configured at all
+        broker.policy = Policy(types={"push": "testing"})
+        with pytest.raises(UnknownChannel, match=r"^unknown person 'owner'; people: \(none configured\)$"):
+            await broker.ask(AskSpec(kind=Kind.QUESTION, text="?", to=["owner"]))
+        # people known only at the terminal, and no inbox to sign in to
+        broker.policy = Policy(
+            people={"carol": {"terminal": "carol"}, "dave": {"terminal": "dave"}},
+            types={"push": "testing"},
+        )
+        with pytest.raises(UnknownChannel, match=r"^'carol' has no identity on any configured channel$"):
+            await broker.ask(AskSpec(kind=Kind.QUESTION, text="?", to=["carol"]))
+        with pytest.raises(
+            UnknownChannel, match=r"^'carol', 'dave' have no identity on any configured channel$"
+        ):
+            await broker.ask(AskSpec(kind=Kind.QUESTION, text="?", to=["carol", "dave"]))
+
+
+async def test_a_delegate_the_config_no_longer_names_is_reached_nowhere(tmp_path: Path) -> None:
+    """A run-time delegation outlives a config that drops its delegate: the ask says so in words."""
+    async with channel_broker(tmp_path, push) as broker:
+        use(broker)
+        away = Delegation.model_validate({"from": "owner", "to": "carol", "until": now() + 3600})
+        await delegation.store(broker.store, [away])
+        with pytest.raises(UnknownChannel, match=r"^'carol' has no identity on any configured channel$"):
+            await broker.ask(AskSpec(kind=Kind.QUESTION, text="?", to=["owner"]))
 
 
 async def test_notify_people_reaches_their_channels(tmp_path: Path) -> None:
     async with channel_broker(tmp_path, push, also=[mail]) as broker:
-        use(broker, {"after": "30m", "notify_people": ["backup"]})
+        use(
+            broker,
+            {"after": "30m", "notify_people": ["backup"]},
+            {"after": "50m", "notify_people": ["owner", "backup"]},
+        )
         request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Anyone?"))
         (ran,) = await broker.store.run_due_steps(request.created_at + 1800)
         assert (ran.label, ran.channels) == ("notify backup", ["mail"])
         broker.outbox.kick()
         await sent_on(broker, broker.channels["mail"], request.id)  # type: ignore[arg-type]
+        (later,) = await broker.store.run_due_steps(request.created_at + 3000)
+        assert (later.label, later.channels) == ("notify owner, backup", [])  # both already sent it
 
 
 async def test_a_settled_request_drops_its_queued_reminders(tmp_path: Path) -> None:
@@ -245,6 +359,143 @@ async def test_a_settled_request_drops_its_queued_reminders(tmp_path: Path) -> N
         await broker.cancel(request.id, "not needed", "agent")
         reminders = [d for d in await broker.store.deliveries(request.id) if d.action == "remind#1"]
         assert [d.status for d in reminders] == ["skipped"]
+
+
+async def test_an_answer_at_the_terminal_or_in_the_inbox_is_credited_by_name(tmp_path: Path) -> None:
+    async with channel_broker(tmp_path, push) as broker:
+        broker.policy = Policy(
+            people={"owner": {"terminal": "alice", "push": "U1"}, "backup": {"push": "U2"}},
+            types={"push": "testing", "inbox": "web"},
+        )
+        # the CLI records the OS user: the person whose `terminal` it is
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Who?"))
+        cli = Reply(channel=TERMINAL_CHANNEL, responder="alice (terminal)", identity="alice", text="me")
+        await broker.resolve(request.id, cli)
+        assert (await broker.get_or_raise(request.id)).person == "owner"
+        # the inbox gives the name signed in: a name that is no person (any more) credits no one
+        signed_in, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Who else?"))
+        await broker.resolve(
+            signed_in.id, Reply(channel="inbox", responder="ghost", identity="ghost", text="me")
+        )
+        assert (await broker.get_or_raise(signed_in.id)).person is None
+        known, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="And you?"))
+        await broker.resolve(
+            known.id, Reply(channel="inbox", responder="backup", identity="backup", text="me")
+        )
+        assert (await broker.get_or_raise(known.id)).person == "backup"
+
+
+async def test_a_delegate_for_two_approvers_takes_the_seat_still_free(tmp_path: Path) -> None:
+    """owner and lead are both away to backup; owner votes anyway: backup's vote is lead's."""
+    async with channel_broker(tmp_path, push) as broker:
+        until = now() + 3600
+        broker.policy = Policy(
+            people={"owner": {"push": "U1"}, "lead": {"push": "U3"}, "backup": {"push": "U2"}},
+            types={"push": "testing"},
+            delegations=[
+                Delegation.model_validate({"from": "owner", "to": "backup", "until": until}),
+                Delegation.model_validate({"from": "lead", "to": "backup", "until": until}),
+            ],
+        )
+        phone = broker.channels["push"]
+        assert isinstance(phone, TestChannel)
+        two = Quorum(required=2, of=["owner", "lead"])
+        request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Rotate keys", approvals=two))
+        assert isinstance(await phone.reply(request.id, "U1", decision="approve"), Counted)
+        await phone.reply(request.id, "U2", decision="approve")
+        settled = await broker.get_or_raise(request.id)
+        assert settled.status == Status.ANSWERED and settled.approved is True
+        assert [(v.person, v.on_behalf_of) for v in settled.votes] == [("owner", None), ("backup", "lead")]
+
+
+def test_asked_of_is_everyone_a_request_may_reach() -> None:
+    """Who may answer in the inbox: the request's ``to``, its quorum's approvers and the people its
+    ladder (by kind and risk) goes on to."""
+    policy = Policy(
+        people={name: {"push": name} for name in ("owner", "backup", "lead", "carol", "dave")},
+        ladders={
+            "default": ladder({"after": "1h", "notify_people": ["carol"]}),
+            "urgent": ladder({"after": "1m", "notify_people": ["dave"]}, {"after": "2m", "remind": True}),
+        },
+        types={"push": "testing"},
+        choices={
+            Kind.APPROVAL: Choice(escalation="urgent"),
+            (Kind.QUESTION, "high"): Choice(escalation="urgent"),
+        },
+    )
+
+    def asked(kind: Kind, risk: Risk | None = None, **more: Any) -> list[str]:
+        return policy.asked_of(Request(id="r1", kind=kind, text="?", created_at=now(), risk=risk, **more))
+
+    assert asked(Kind.QUESTION, to=["owner"]) == ["owner", "carol"]
+    assert asked(Kind.QUESTION, "high", to=["owner"]) == ["owner", "dave"]
+    assert asked(Kind.APPROVAL, to=["owner"], approvals=Quorum(required=1, of=["backup", "lead"])) == [
+        "owner",
+        "backup",
+        "lead",
+        "dave",
+    ]
+    policy.choices = {Kind.QUESTION: Choice(escalation="none")}
+    assert asked(Kind.QUESTION, to=["owner"]) == ["owner"]
+
+
+async def test_a_risk_s_approvals_need_a_passkey_where_people_hold_them(tmp_path: Path) -> None:
+    async with channel_broker(tmp_path, push) as broker:
+        use(broker)
+        broker.policy.step_up = frozenset({"high", "medium"})
+
+        async def step_up(kind: Kind, risk: Risk | None) -> bool:
+            request, _ = await broker.ask(AskSpec(kind=kind, text=f"{kind} {risk}?", risk=risk))
+            return request.step_up
+
+        assert await step_up(Kind.APPROVAL, "high") is True
+        assert await step_up(Kind.APPROVAL, None) is True  # no risk: medium
+        assert await step_up(Kind.APPROVAL, "low") is False
+        assert await step_up(Kind.QUESTION, "high") is False
+        broker.policy.people = {}  # no one to hold a passkey
+        assert await step_up(Kind.APPROVAL, "high") is False
+
+
+async def test_the_defaults_quorum_and_its_mistakes(tmp_path: Path) -> None:
+    async with channel_broker(tmp_path, push, also=[mail]) as broker:
+        use(broker)
+        broker.policy.choices = {
+            Kind.APPROVAL: Choice(to=["owner", "backup"], approvals=Quorum(required=2)),
+            (Kind.APPROVAL, "medium"): Choice(approvals=Quorum(required=1, of=["backup"])),
+            (Kind.APPROVAL, "high"): Choice(to=["backup", "owner"], approvals=Quorum(required=2)),
+        }
+        low, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="ls", risk="low"))
+        assert low.approvals == Quorum(required=2, of=["owner", "backup"])  # the tool's
+        unrated, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="du"))
+        assert unrated.approvals == Quorum(required=1, of=["backup"])  # no risk: medium's
+        high, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="rm", risk="high"))
+        assert high.approvals == Quorum(required=2, of=["backup", "owner"])  # of: the risk's people
+
+        broker.policy.choices = {}
+        with pytest.raises(
+            UnknownChannel,
+            match=r"^approvals: name the people who approve in `of`, or ask people with `to`$",
+        ):
+            await broker.ask(AskSpec(kind=Kind.APPROVAL, text="x", approvals=Quorum(required=1)))
+        with pytest.raises(
+            UnknownChannel, match=r"^approvals: unknown person 'nobody', 'ghost'; people: owner, backup$"
+        ):
+            await broker.ask(
+                AskSpec(kind=Kind.APPROVAL, text="x", approvals=Quorum(required=1, of=["nobody", "ghost"]))
+            )
+        with pytest.raises(
+            UnknownChannel, match=r"^approvals: 2 required, but only 1 person may approve \(owner\)$"
+        ):
+            await broker.ask(
+                AskSpec(kind=Kind.APPROVAL, text="x", approvals=Quorum(required=2, of=["owner"]))
+            )
+        broker.policy.people = {}
+        with pytest.raises(
+            UnknownChannel, match=r"^approvals: unknown person 'owner'; people: \(none configured\)$"
+        ):
+            await broker.ask(
+                AskSpec(kind=Kind.APPROVAL, text="x", approvals=Quorum(required=1, of=["owner"]))
+            )
 
 
 class Plain(Channel):
