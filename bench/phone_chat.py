@@ -1,17 +1,20 @@
-"""Team chats, push and tap: Discord (gateway), Mattermost (WebSocket) and Matrix (/sync long poll),
-with 1,000 requests pending, as phone_push.py and phone_tap.py measure Telegram, ntfy and the webhook.
+"""Team chats, push and tap: Discord (gateway), Mattermost (WebSocket), Matrix (/sync long poll) and
+Microsoft Teams (an HTTPS POST of a Bot Framework activity), with 1,000 requests pending, as
+phone_push.py and phone_tap.py measure Telegram, ntfy and the webhook.
 
-A ``hitl-mcp serve --transport http`` subprocess (bench/_server.py) runs the three channels with their
-real client libraries (discord.py, httpx2 and websockets, matrix-nio) against the test suite's
-stand-ins served in this process (tests/support/discord_standin.py, mattermost_standin.py,
-matrix_standin.py), each noting with ``time.perf_counter()`` when it takes a push and when it makes a
-press available. The agent is the SDK's client over streamable HTTP.
+A ``hitl-mcp serve --transport http`` subprocess (bench/_server.py) runs the four channels with their
+real client libraries (discord.py, httpx2 and websockets, matrix-nio, the Teams SDK and MSAL) against
+the test suite's stand-ins served in this process (tests/support/discord_standin.py,
+mattermost_standin.py, matrix_standin.py, teams_standin.py), each noting with ``time.perf_counter()``
+when it takes a push and when it makes a press available. The agent is the SDK's client over streamable HTTP.
 
 - push: ``ask_user`` with ``wait_seconds: 0``, from just before the call to the stand-in taking the
   message (Discord ``POST /channels/…/messages``, Mattermost ``POST /posts``, Matrix ``PUT …/send``);
 - tap: a held ``request_approval``; once its message is sent, a press is made available: Discord
   sends ``INTERACTION_CREATE`` down the gateway (Approve), Mattermost sends ``reaction_added`` ✅ down
-  the WebSocket, Matrix queues an ✅ ``m.reaction`` for the held ``/sync``; until the call's result.
+  the WebSocket, Matrix queues an ✅ ``m.reaction`` for the held ``/sync``, Teams POSTs the Approve
+  button's ``adaptiveCard/action`` invoke (its token signed) to the bot's endpoint; until the call's
+  result.
 
 Setup, not measured: N questions asked on the three channels and left pending, every delivery done.
 The first 10 per channel warm up.
@@ -25,6 +28,7 @@ measure, last on stdout.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -49,11 +53,18 @@ if str(ROOT) not in sys.path:  # the stand-ins live in the clone's tests/support
 from tests.support import discord_standin as dc
 from tests.support import matrix_standin as mx
 from tests.support import mattermost_standin as mm
+from tests.support import teams_standin as tm
+from tests.support.mail import Certs
 from tests.support.serve import serving
 
-CHANNELS = ("discord", "mattermost", "matrix")
-HOW = {"discord": "gateway WebSocket", "mattermost": "WebSocket", "matrix": "/sync long poll"}
-GOALS_P99_MS = {"discord": 100.0, "mattermost": 100.0, "matrix": 1000.0}
+CHANNELS = ("discord", "mattermost", "matrix", "teams")
+HOW = {
+    "discord": "gateway WebSocket",
+    "mattermost": "WebSocket",
+    "matrix": "/sync long poll",
+    "teams": "Bot Framework activity POST",
+}
+GOALS_P99_MS = {"discord": 100.0, "mattermost": 100.0, "matrix": 1000.0, "teams": 100.0}
 WARM_UP = 10
 SETUP_TASKS = 20
 
@@ -96,11 +107,26 @@ class TimedMatrix(mx.MatrixStandin):
         return added
 
 
+class TimedTeams(tm.TeamsStandin):
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrivals = Arrivals()
+
+    async def _create(self, request: Any) -> Any:
+        count = len(self.order)
+        response = await super()._create(request)
+        if len(self.order) > count:  # a new card, not a reply
+            message = self.last()
+            self.arrivals.note(" ".join(message.texts()), message)
+        return response
+
+
 @dataclass
 class Bench:
     discord: TimedDiscord
     mattermost: TimedMattermost
     matrix: TimedMatrix
+    teams: TimedTeams
     http: httpx2.AsyncClient
     client: Client
 
@@ -108,7 +134,7 @@ class Bench:
         return getattr(self, channel)
 
 
-def config(discord_url: str, mattermost_url: str, matrix_url: str) -> str:
+def config(discord_url: str, mattermost_url: str, matrix_url: str, teams: TimedTeams, entra: str) -> str:
     return (
         "channels:\n"
         "  web: {type: web}\n"
@@ -118,20 +144,31 @@ def config(discord_url: str, mattermost_url: str, matrix_url: str) -> str:
         f'               channel_id: "{mm.CHANNEL}", allowed_users: ["{mm.SAM}"]}}\n'
         f'  matrix: {{type: matrix, homeserver: "{matrix_url}", user_id: "{mx.BOT}",\n'
         f'           access_token: "{mx.TOKEN}", room_id: "{mx.ROOM}", allowed_users: ["{mx.SAM}"]}}\n'
+        f'  teams: {{type: teams, app_id: "{tm.APP_ID}", app_password: "{tm.SECRET}",\n'
+        f'          conversation_id: "{tm.CONVERSATION}", service_url: "{teams.service_url}",\n'
+        f'          allowed_users: ["{tm.SAM}"], endpoints: {{login: "{entra}",\n'
+        f'          openid_metadata: "{teams.base}/v1/.well-known/openidconfiguration",\n'
+        f'          token_issuer: "{tm.ISSUER}"}}}}\n'
     )
 
 
 @asynccontextmanager
 async def chat_bench() -> AsyncIterator[Bench]:
-    discord, mattermost, matrix = TimedDiscord(), TimedMattermost(), TimedMatrix()
+    discord, mattermost, matrix, teams = TimedDiscord(), TimedMattermost(), TimedMatrix(), TimedTeams()
     with tempfile.TemporaryDirectory(prefix="hitl-bench-") as tmp:
+        # Entra is served over HTTPS (MSAL insists): the server trusts the test CA through requests
+        certs = Certs.make(Path(tmp) / "certs")
+        os.environ["REQUESTS_CA_BUNDLE"] = str(certs.ca_file)
         async with (
             serving(discord.app, shutdown_seconds=1) as discord_url,
             serving(mattermost.app, shutdown_seconds=1) as mattermost_url,
             serving(matrix.app, shutdown_seconds=1) as matrix_url,
+            serving(teams.app, shutdown_seconds=1) as teams.base,
+            serving(teams.entra_app, shutdown_seconds=1, ssl_certfile=str(certs.server_pem)) as entra,
         ):
             try:
-                channels = config(discord_url, mattermost_url, matrix_url)
+                entra = entra.replace("http://", "https://")
+                channels = config(discord_url, mattermost_url, matrix_url, teams, entra)
                 async with server(Path(tmp), channels=channels) as (_, port):
                     base = f"http://127.0.0.1:{port}"
                     headers = {"Authorization": f"Bearer {TOKEN}"}
@@ -146,7 +183,7 @@ async def chat_bench() -> AsyncIterator[Bench]:
                     ):
                         await discord.connected()
                         await mattermost.connected()
-                        yield Bench(discord, mattermost, matrix, http, client)
+                        yield Bench(discord, mattermost, matrix, teams, http, client)
             finally:
                 matrix.close()
 
@@ -209,6 +246,13 @@ async def press(bench: Bench, channel: str, marker: str) -> tuple[float, str]:
         await wait_sent(bench, await full_id(bench, rid))
         t0 = time.perf_counter()
         await bench.mattermost.react(doc, "white_check_mark", mm.SAM)
+    elif channel == "teams":
+        rid = doc.button("Approve")["data"]["hitl"]
+        await wait_sent(bench, rid)
+        bot = f"{str(bench.http.base_url).rstrip('/')}/webhooks/teams"
+        t0 = time.perf_counter()
+        status, _ = await bench.teams.press(bot, doc, "Approve", tm.SAM)
+        assert status == 200, status
     else:
         rid = doc.content["body"].split(" · id ")[1].split()[0]
         await wait_sent(bench, await full_id(bench, rid))
