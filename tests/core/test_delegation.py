@@ -554,6 +554,8 @@ def test_when_reads_a_date_a_date_time_or_a_number_and_says_what_it_expected() -
     assert when("2026-12-24") == 1_798_070_400.0  # 00:00 UTC that day
     assert when(" 2026-12-24T18:00:00Z ") == 1_798_135_200.0
     assert when("2026-12-24T18:00:00+01:00") == 1_798_131_600.0  # its own offset
+    assert when("2026-12-24+01:00") == 1_798_066_800.0  # a date with an offset: midnight there
+    assert when("2026-12-24-05:00") == 1_798_088_400.0
     assert when("2026-12-24T18:00:00") == 1_798_135_200.0  # none: UTC
     assert when(date(2026, 12, 24)) == 1_798_070_400.0
     assert when(datetime(2026, 12, 24, 18, tzinfo=timezone(timedelta(hours=-2)))) == 1_798_142_400.0

@@ -15,6 +15,7 @@ read when another process changed the list meanwhile, so that two changes at onc
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Annotated, Any
@@ -61,8 +62,12 @@ def when(value: Any) -> float:
     elif isinstance(value, date):
         moment = datetime(value.year, value.month, value.day)
     elif isinstance(value, str):
+        text = value.strip().replace("Z", "+00:00")
+        # a date with an offset (2026-12-24+01:00) is that day's midnight there; fromisoformat would
+        # read the offset as a time of day
+        dated = re.fullmatch(r"(\d{4}-\d{2}-\d{2})([+-]\d{2}:\d{2})", text)
         try:
-            moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            moment = datetime.fromisoformat(f"{dated[1]}T00:00:00{dated[2]}" if dated else text)
         except ValueError:
             raise ValueError(
                 f"{value!r} is not an ISO date or date-time such as 2026-12-24 or 2026-12-24T18:00:00Z"
