@@ -8,6 +8,7 @@ loops (settling needs none); those about the sweep, the change feed and the outb
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import sqlite3
@@ -22,8 +23,12 @@ from hitl_mcp.broker import AskDefaults, AskSpec, Broker, BrokerError, NotFound,
 from hitl_mcp.broker import broker as broker_module
 from hitl_mcp.broker import outbox as outbox_module
 from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery, DeliveryError
-from hitl_mcp.core.models import Kind, Reply, Request, Status, now, payload_sha256
+from hitl_mcp.core.escalation import Policy
+from hitl_mcp.core.models import Kind, Reply, Request, Settled, Status, now, payload_sha256
+from hitl_mcp.core.previews import normalise, preview_sha256
+from hitl_mcp.core.quorum import Quorum
 from hitl_mcp.core.results import to_outcome
+from hitl_mcp.core.settle import plan_reply
 from hitl_mcp.store import sqlite as sqlite_module
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.conftest import Heard
@@ -193,6 +198,121 @@ async def test_a_blank_comment_is_no_comment(broker: Broker) -> None:
     verdict = await broker.resolve(request.id, by(decision="approve", comment="   "))
     assert verdict.request.comment is None
     assert (await trail(broker, request.id))[-1][2] == {"channel": "web", "approved": True}
+
+
+# ------------------------------------------------------- an approval counts only for what was asked
+
+SQL = {"kind": "sql", "statement": "UPDATE invoices SET paid = 1 WHERE id = 7", "dialect": "postgres"}
+
+
+def changed(what: str) -> str:
+    return f"the {what} changed after it was asked, so it cannot be approved; deny it or ask again"
+
+
+async def test_an_approval_of_what_was_asked_counts_for_its_payload_and_preview(broker: Broker) -> None:
+    request, _ = await broker.ask(approval(payload={"tag": "v2"}, preview=SQL))
+    assert request.preview_sha256 == preview_sha256(normalise(SQL))
+    verdict = await broker.resolve(request.id, by(decision="approve"))
+    assert verdict.won and verdict.reason == ""
+    assert verdict.request.status == Status.ANSWERED and verdict.request.approved is True
+    stored = await broker.store.replies(request.id)
+    assert [(r.decision, r.won, r.reason) for r in stored] == [("approve", True, None)]
+    assert (stored[0].payload_sha256, stored[0].preview_sha256) == (
+        payload_sha256({"tag": "v2"}),
+        request.preview_sha256,
+    )
+
+
+@pytest.mark.parametrize(
+    "what, sql, args",
+    [
+        ("payload", "UPDATE requests SET body = json_set(body, '$.payload', json(?)) WHERE id = ?", ()),
+        (
+            "payload",  # its hash rewritten to match: the request's created audit row still has the old one
+            "UPDATE requests SET body = json_set(body, '$.payload', json(?), '$.payload_sha256', ?)"
+            " WHERE id = ?",
+            (payload_sha256({"tag": "v3"}),),
+        ),
+        ("preview", "UPDATE requests SET preview = ? WHERE id = ?", ()),
+        (
+            "preview",
+            "UPDATE requests SET preview = ?, preview_sha256 = ? WHERE id = ?",
+            (preview_sha256(normalise({**SQL, "statement": "DROP TABLE invoices"})),),
+        ),
+    ],
+    ids=["payload", "payload-and-its-hash", "preview", "preview-and-its-hash"],
+)
+async def test_an_approval_of_a_request_changed_in_the_database_is_refused_and_recorded(
+    broker: Broker, tmp_path: Path, what: str, sql: str, args: tuple[str, ...]
+) -> None:
+    request, _ = await broker.ask(approval(payload={"tag": "v2"}, preview=SQL))
+    swapped = {"payload": {"tag": "v3"}, "preview": normalise({**SQL, "statement": "DROP TABLE invoices"})}
+    with contextlib.closing(sqlite3.connect(tmp_path / "broker.sqlite3", isolation_level=None)) as db:
+        db.execute(sql, (json.dumps(swapped[what]), *args, request.id))
+    as_changed = await broker.get_or_raise(request.id)
+    assert getattr(as_changed, what) == swapped[what]
+
+    verdict = await broker.resolve(request.id, by(decision="approve", comment="looks fine"))
+    assert verdict == Settled(False, as_changed, changed(what))
+    assert await broker.get_or_raise(request.id) == as_changed  # still pending, nothing answered
+    assert (await trail(broker, request.id))[-1] == (
+        "reply_ignored",
+        "alice",
+        {"channel": "web", "reason": changed(what)},
+    )
+    assert [(r.decision, r.won, r.reason) for r in await broker.store.replies(request.id)] == [
+        ("approve", False, changed(what))
+    ]
+
+    denied = await broker.resolve(request.id, by("bob", decision="deny"))  # a denial always counts
+    assert denied.won and (denied.request.status, denied.request.approved) == (Status.ANSWERED, False)
+    late = await broker.resolve(request.id, by("carol", decision="approve"))
+    assert not late.won and late.reason == "already answered by bob via web"
+
+
+def test_a_plan_without_the_created_row_checks_the_request_against_its_own_hashes() -> None:
+    """``plan_reply`` with no ``asked`` (the engine found no ``created`` row): what the row holds must
+    still hash to what it stores, and to what the reply was given for."""
+    payload = {"tag": "v2"}
+    request = Request(
+        id="r1",
+        kind=Kind.APPROVAL,
+        text="Deploy v2",
+        created_at=now(),
+        payload=payload,
+        payload_sha256=payload_sha256(payload),
+    )
+    reply = by(decision="approve", payload_sha256=payload_sha256(payload))
+    plan = plan_reply(request, reply, {"approved": True}, now())
+    assert (plan.event, plan.won, plan.settled.won) == ("answered", True, True)
+    assert plan.settled.request.approved is True and plan.answer["status"] == Status.ANSWERED
+    swapped = request.model_copy(update={"payload": {"tag": "v3"}})
+    refused = plan_reply(swapped, reply, {"approved": True}, now())
+    assert (refused.event, refused.won, refused.reason) == ("reply_ignored", False, changed("payload"))
+    assert refused.settled == Settled(False, swapped, changed("payload"))
+    stale = by(decision="approve", payload_sha256=payload_sha256({"tag": "v1"}))  # shown another payload
+    assert plan_reply(request, stale, {"approved": True}, now()).reason == changed("payload")
+
+
+async def test_a_quorum_over_a_preview_counts_every_vote_and_the_deciding_one_speaks(broker: Broker) -> None:
+    broker.policy = Policy(
+        people={p: {"slack": p.upper()} for p in ("lead", "security", "owner")}, types={"slack": "inbox"}
+    )
+    quorum = Quorum(required=3, of=["lead", "security", "owner"])
+    request, _ = await broker.ask(approval(preview=SQL, approvals=quorum, channels=["web", "slack"]))
+    for person, comment, said in [
+        ("lead", "plan read", "1 of 3 approvals — waiting for security or owner"),
+        ("security", "no secrets in it", "2 of 3 approvals — waiting for owner"),
+    ]:
+        vote = await broker.resolve(
+            request.id, by(person, "slack", identity=person.upper(), decision="approve", comment=comment)
+        )
+        assert vote.counted and not vote.won and vote.reason == said
+    done = await broker.resolve(
+        request.id, by("owner", "slack", identity="OWNER", decision="approve", comment="go ahead")
+    )
+    assert done.won and (done.request.approved, done.request.comment) == (True, "go ahead")
+    assert [v.preview_sha256 for v in done.request.votes] == [request.preview_sha256] * 3
 
 
 # --------------------------------------------------------------------------- checking replies

@@ -15,7 +15,7 @@ from typing import Any
 
 from hitl_mcp.core.models import Reply, Request, Settled, Status, payload_sha256
 from hitl_mcp.core.previews import preview_sha256
-from hitl_mcp.core.quorum import Vote, count_vote
+from hitl_mcp.core.quorum import Vote, count_vote, progress
 
 __all__ = ["ReplyPlan", "altered", "plan_reply"]
 
@@ -86,15 +86,15 @@ def plan_reply(
         count = count_vote(
             current.approvals, current.votes, reply.vote(at), current.payload_sha256, current.preview_sha256
         )
-        if not count.counted:
+        if count.reason is not None:  # not counted: the reason says why
             data = {"channel": reply.channel, **credited, "reason": count.reason}
             return ReplyPlan(
-                Settled(False, current, count.reason or ""), "reply_ignored", data, False, count.reason
+                Settled(False, current, count.reason), "reply_ignored", data, False, count.reason
             )
         votes = count.votes
         if count.decision is None:
             counted = current.model_copy(update={"votes": votes})
-            said = counted.progress or ""
+            said = progress(current.approvals, votes)
             data = {"channel": reply.channel, **credited, "decision": reply.decision}
             data.update(comment=reply.comment, progress=said)
             settled = Settled(False, counted, said, counted=True)
