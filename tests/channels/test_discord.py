@@ -23,7 +23,7 @@ from hitl_mcp.config import ConfigError
 from hitl_mcp.core.models import Kind, Request, Status
 from tests.conftest import make_config
 from tests.support.discord_standin import ANA, BOT_TOKEN, CHANNEL, EVE, SAM, DiscordStandin, Message
-from tests.support.harness import channel_broker, sent_row, watching
+from tests.support.harness import channel_broker, ignored, sent_row, settled
 from tests.support.people import credited, people_on
 from tests.support.previews import long_diff
 from tests.support.serve import serving
@@ -60,23 +60,6 @@ async def delivered(stand: DiscordStandin, broker: Broker, request: Request) -> 
     row = await sent_row(broker, request.id, "discord")
     assert row.status == "sent" and row.ref, row
     return stand.messages[int(row.ref.rpartition(":")[2])]
-
-
-async def settled(broker: Broker, request_id: str) -> Request:
-    request = await broker.wait(request_id, 10)
-    assert request.status != Status.PENDING, "still pending after 10s"
-    return request
-
-
-async def ignored(broker: Broker, count: int) -> list[Any]:
-    from tests.support.events import until
-
-    async def found() -> list[Any]:
-        rows = [a for a in await broker.store.audit() if a.event == "reply_ignored"]
-        return rows if len(rows) >= count else []
-
-    with watching(broker) as changes:
-        return await until(found, changes)
 
 
 @pytest.fixture

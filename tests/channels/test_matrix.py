@@ -22,7 +22,7 @@ from hitl_mcp.config import ConfigError
 from hitl_mcp.core.models import Kind, Request, Status
 from tests.conftest import make_config
 from tests.support.events import until
-from tests.support.harness import channel_broker, sent_row, watching
+from tests.support.harness import channel_broker, ignored, sent_row, settled, watching
 from tests.support.matrix_standin import ANA, BOT, EVE, ROOM, SAM, TOKEN, Event, MatrixStandin
 from tests.support.people import credited, people_on
 from tests.support.serve import serving
@@ -72,21 +72,6 @@ async def delivered(stand: MatrixStandin, broker: Broker, request: Request) -> E
     assert row.status == "sent" and row.ref, row
     (event,) = [e for e in stand.timeline if e.event_id == row.ref]
     return event
-
-
-async def settled(broker: Broker, request_id: str) -> Request:
-    request = await broker.wait(request_id, 10)
-    assert request.status != Status.PENDING, "still pending after 10s"
-    return request
-
-
-async def ignored(broker: Broker, count: int) -> list[Any]:
-    async def found() -> list[Any]:
-        rows = [a for a in await broker.store.audit() if a.event == "reply_ignored"]
-        return rows if len(rows) >= count else []
-
-    with watching(broker) as changes:
-        return await until(found, changes)
 
 
 async def test_a_reaction_approves_and_the_message_is_edited(running: tuple[MatrixStandin, Broker]) -> None:

@@ -23,7 +23,7 @@ from hitl_mcp.channels.base import Delivery, DeliveryError
 from hitl_mcp.config import ConfigError
 from hitl_mcp.core.models import Kind, Request, Status
 from tests.conftest import make_config
-from tests.support.harness import channel_broker, sent_row, watching
+from tests.support.harness import channel_broker, ignored, sent_row, settled
 from tests.support.mattermost_standin import ANA, CHANNEL, EVE, SAM, TOKEN, MattermostStandin, Post
 from tests.support.people import credited
 from tests.support.serve import serving
@@ -62,23 +62,6 @@ async def delivered(stand: MattermostStandin, broker: Broker, request: Request) 
     row = await sent_row(broker, request.id, "mattermost")
     assert row.status == "sent" and row.ref, row
     return stand.posts[row.ref]
-
-
-async def settled(broker: Broker, request_id: str) -> Request:
-    request = await broker.wait(request_id, 10)
-    assert request.status != Status.PENDING, "still pending after 10s"
-    return request
-
-
-async def ignored(broker: Broker, count: int) -> list[Any]:
-    from tests.support.events import until
-
-    async def found() -> list[Any]:
-        rows = [a for a in await broker.store.audit() if a.event == "reply_ignored"]
-        return rows if len(rows) >= count else []
-
-    with watching(broker) as changes:
-        return await until(found, changes)
 
 
 @pytest.fixture

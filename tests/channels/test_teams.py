@@ -26,8 +26,7 @@ from hitl_mcp.channels import teams
 from hitl_mcp.channels.base import DeliveryError
 from hitl_mcp.core.errors import UnknownChannel
 from hitl_mcp.core.models import Kind, Request, Status
-from tests.support.events import until
-from tests.support.harness import channel_broker, sent_row, watching
+from tests.support.harness import channel_broker, ignored, sent_row, settled
 from tests.support.mail import Certs
 from tests.support.serve import serving
 from tests.support.teams_standin import (
@@ -97,21 +96,6 @@ async def delivered(stand: TeamsStandin, broker: Broker, request: Request) -> Me
     row = await sent_row(broker, request.id, "teams")
     assert row.status == "sent" and row.ref, row
     return stand.messages[row.ref]
-
-
-async def settled(broker: Broker, request_id: str) -> Request:
-    request = await broker.wait(request_id, 10)
-    assert request.status != Status.PENDING, "still pending after 10s"
-    return request
-
-
-async def ignored(broker: Broker, count: int) -> list[Any]:
-    async def found() -> list[Any]:
-        rows = [a for a in await broker.store.audit() if a.event == "reply_ignored"]
-        return rows if len(rows) >= count else []
-
-    with watching(broker) as changes:
-        return await until(found, changes)
 
 
 def texts(card: dict[str, Any]) -> list[str]:

@@ -12,7 +12,8 @@ import anyio
 
 from hitl_mcp.broker import AskDefaults, Broker
 from hitl_mcp.channels.base import Channel, Hub
-from hitl_mcp.core.models import Kind
+from hitl_mcp.core.audit import AuditRow
+from hitl_mcp.core.models import Kind, Request, Status
 from hitl_mcp.core.store import DeliveryRow, Engine
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.support.events import Changes, until
@@ -96,3 +97,21 @@ async def sent_row(broker: Broker, request_id: str, channel: str | None = None) 
 
     with watching(broker, request_id) as changes:
         return await until(done, changes)
+
+
+async def settled(broker: Broker, request_id: str) -> Request:
+    """The request once it is no longer pending (10 s at the most)."""
+    request = await broker.wait(request_id, 10)
+    assert request.status != Status.PENDING, "still pending after 10s"
+    return request
+
+
+async def ignored(broker: Broker, count: int) -> list[AuditRow]:
+    """The ``reply_ignored`` audit rows, once there are ``count`` of them."""
+
+    async def found() -> list[AuditRow]:
+        rows = [a for a in await broker.store.audit() if a.event == "reply_ignored"]
+        return rows if len(rows) >= count else []
+
+    with watching(broker) as changes:
+        return await until(found, changes)
