@@ -25,6 +25,7 @@ from hitl_mcp.channels.base import ChannelConfig
 from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.channels.webhook import events
 from hitl_mcp.config import ConfigError, parse_config
+from hitl_mcp.core.escalation import Policy
 from hitl_mcp.core.models import Kind, NotifyResult, Request, Status, iso
 from hitl_mcp.core.results import describe_notification
 from tests.conftest import TOKEN, running, sc, text_of
@@ -341,3 +342,33 @@ channels:
         closes = (math.floor(before / WINDOW) + 1) * WINDOW
         assert held["channel"] == "push" and held["at"] in (iso(closes), iso(closes + WINDOW))
         assert text_of(result) == f"Delivered via web. Queued for the digest on push at {held['at']}."
+
+
+async def test_a_digest_goes_to_the_people_its_notes_were_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Notes addressed to different people are not mixed: one digest per set of people, addressed as
+    its notes were (a Web Push channel sends a note for alice to alice's devices only)."""
+    clock = Clock(monkeypatch)
+    async with channel_broker(tmp_path, phone) as broker:
+        people = {"alice": {"phone": "a"}, "bob": {"phone": "b"}}
+        broker.policy = Policy(people=people, types={"phone": "testing"})
+        channel = broker.channels["phone"]
+        assert isinstance(channel, TestChannel)
+        results: list[NotifyResult] = []
+        notes = [
+            ("for alice 1", ["alice"]),
+            ("for bob", ["bob"]),
+            ("for alice 2", ["alice"]),
+            ("for anyone", None),
+        ]
+        for minute, (text, to) in enumerate(notes):
+            clock.at = clock.start + 60 * minute
+            results.append(await broker.notify(info(text, to=to)))
+        clock.at = clock.closes
+        await digest_sent(broker, [r.request_id for r in results])
+        sent = {
+            tuple(d.to or ()): [line.split(" ", 2)[2] for line in d.text.splitlines()]
+            for d in channel.delivered
+        }
+        assert sent == {("alice",): ["for alice 1", "for alice 2"], ("bob",): ["for bob"], (): ["for anyone"]}

@@ -64,7 +64,8 @@ def title(count: int) -> str:
 def compose(notes: Sequence[Request], channel: str, at: float) -> Request:
     """The digest of ``notes`` (oldest first) as one notification for ``channel``: titled "digest: 3
     notifications", one line per notification ("• 10:02 Build: all tests pass", UTC). It carries the newest
-    note's id, so that a link or an id it shows leads to a real request."""
+    note's id, so that a link or an id it shows leads to a real request, and the people the notes were
+    addressed to (the outbox groups notes by them)."""
     notes = sorted(notes, key=lambda n: (n.created_at, n.id))
     clients = {n.client_name for n in notes}
     lines = [_line(n, several_clients=len(clients) > 1) for n in notes[:LIST_LIMIT]]
@@ -80,6 +81,7 @@ def compose(notes: Sequence[Request], channel: str, at: float) -> Request:
         level="info",
         channels=[channel],
         client_name=newest.client_name if len(clients) == 1 else "several agents",
+        to=newest.to,
         owner=newest.owner,
         created_at=at,
     )

@@ -68,7 +68,7 @@ class Outbox:
         solo, digests = await self._digests(rows)
         for row in solo:
             self._attempts.start_soon(self._attempt_logged, row)
-        for name, group in digests.items():
+        for (name, _), group in digests.items():
             self._attempts.start_soon(self._digest_logged, name, group)
         if len(rows) < 64:
             with anyio.move_on_after(POLL_SECONDS):
@@ -95,16 +95,17 @@ class Outbox:
 
     async def _digests(
         self, rows: list[DeliveryRow]
-    ) -> tuple[list[DeliveryRow], dict[str, list[tuple[DeliveryRow, Request]]]]:
-        """The rows to attempt one by one, and, per channel, the info notifications whose digest
-        window has closed (``hitl_mcp.broker.digests``): each channel's are sent as one message."""
+    ) -> tuple[list[DeliveryRow], dict[tuple[str, tuple[str, ...]], list[tuple[DeliveryRow, Request]]]]:
+        """The rows to attempt one by one, and, per channel and set of people addressed, the info
+        notifications whose digest window has closed (``hitl_mcp.broker.digests``): each group is sent
+        as one message, addressed as its notes were (a note for alice never reaches bob's devices)."""
         solo: list[DeliveryRow] = []
-        digests: dict[str, list[tuple[DeliveryRow, Request]]] = {}
+        digests: dict[tuple[str, tuple[str, ...]], list[tuple[DeliveryRow, Request]]] = {}
         for row in rows:
             if row.action == "deliver" and digest_window(self.channels[row.channel]) is not None:
                 request = await self.store.get(row.request_id)
                 if request is not None and digested(request):
-                    digests.setdefault(row.channel, []).append((row, request))
+                    digests.setdefault((row.channel, tuple(request.to or ())), []).append((row, request))
                     continue
             solo.append(row)
         return solo, digests
