@@ -28,6 +28,7 @@ from hitl_mcp.core.errors import UnknownChannel
 from hitl_mcp.core.models import Kind, Request, Status
 from tests.support.harness import channel_broker, ignored, sent_row, settled
 from tests.support.mail import Certs
+from tests.support.people import credited
 from tests.support.serve import serving
 from tests.support.teams_standin import (
     APP_ID,
@@ -347,3 +348,13 @@ async def test_notify_only_cards_through_a_workflows_webhook(tmp_path: Path) -> 
                     "url": f"https://hitl.example.com/requests/{result.request_id}",
                 }
             ]
+
+
+async def test_a_persons_answer_is_credited_to_them(bot: tuple[TeamsStandin, Broker, str]) -> None:
+    stand, broker, url = bot
+
+    async def vote(request: Request, who: str) -> None:
+        message = await delivered(stand, broker, request)
+        await stand.send(url, stand.invoke(message, "Approve", OLIVE if who == "olive" else SAM))
+
+    await credited(broker, "teams", {"olive": OLIVE, "backup": SAM}, vote)
