@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from hitl_mcp.core.durations import format_duration
-from hitl_mcp.core.models import Kind, Request, Status, now, payload_sha256
-from hitl_mcp.core.results import describe, next_step, to_outcome
+from hitl_mcp.core.models import Kind, NotifyResult, ReportedOutcome, Request, Status, now, payload_sha256
+from hitl_mcp.core.quorum import Quorum, Vote
+from hitl_mcp.core.results import describe, describe_notification, describe_report, next_step, to_outcome
 
 RID = "4f2a9c1d0b3e7a65"
 ASKED = 1767225600.0  # 2026-01-01T00:00:00Z
@@ -296,3 +297,235 @@ def test_when_nobody_was_reached_the_model_is_told_not_to_wait() -> None:
 )
 def test_durations_read_as_people_write_them(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
+
+
+# --- approvals answered by a rule, by a quorum, stopped by a pause; receipts and previews --------------
+
+PREVIEW_SHA = "9" * 64
+
+
+def vote(person: str, decision: str, channel: str, **fields: Any) -> Vote:
+    return Vote(
+        person=person, channel=channel, responder=person.upper(), decision=decision, at=ASKED + 30, **fields
+    )
+
+
+def test_an_approval_a_remembered_rule_gave() -> None:
+    req = request(
+        Kind.APPROVAL,
+        Status.ANSWERED,
+        approved=True,
+        responder="rule 7",
+        channel="rule",
+        comment="deploys of tags to staging",
+        receipt="eyJhbGciOiJFZERTQSJ9.e30.c2ln",
+    )
+    outcome = to_outcome(req, 0.0)
+    assert outcome.rule == 7 and outcome.approved is True
+    assert outcome.receipt == "eyJhbGciOiJFZERTQSJ9.e30.c2ln"  # the signed decision travels with the outcome
+    assert describe(outcome, req) == (
+        "Approved by remembered rule 7 (deploys of tags to staging); no person was asked this time. "
+        f"Payload SHA-256: {SHA}.\n"
+        "Next step: Approved: go ahead with exactly the action that was approved, and nothing more."
+    )
+    without_payload = request(
+        Kind.APPROVAL,
+        Status.ANSWERED,
+        payload=None,
+        payload_sha256=None,
+        approved=True,
+        responder="rule 7",
+        channel="rule",
+        comment="deploys of tags to staging",
+    )
+    assert text_of(without_payload).startswith(
+        "Approved by remembered rule 7 (deploys of tags to staging); no person was asked this time.\n"
+    )
+    # a person whose name reads like a rule, or a rule's name on another channel, is not a rule
+    for responder, channel in (("rule 7", "web"), ("alice", "rule")):
+        req = request(Kind.APPROVAL, Status.ANSWERED, approved=True, responder=responder, channel=channel)
+        assert to_outcome(req, 0.0).rule is None
+        assert text_of(req).startswith(f"Approved by {responder} via {channel}. ")
+
+
+def test_a_question_has_no_approval_no_hashes_and_no_rule_whatever_its_row_holds() -> None:
+    req = request(
+        Kind.QUESTION,
+        Status.ANSWERED,
+        answer="ok",
+        payload_sha256=SHA,
+        preview_sha256=PREVIEW_SHA,
+        approved=True,
+        responder="rule 7",
+        channel="rule",
+    )
+    outcome = to_outcome(req, 0.0)
+    assert (outcome.approved, outcome.payload_sha256, outcome.preview_sha256, outcome.rule) == (None,) * 4
+    assert describe(outcome, req).startswith('Answer by rule 7 via rule: "ok".\n')
+
+
+def test_an_approved_preview_is_named_by_its_hash_and_a_denied_one_is_not() -> None:
+    approved = request(
+        Kind.APPROVAL,
+        Status.ANSWERED,
+        approved=True,
+        preview_sha256=PREVIEW_SHA,
+        responder="alice",
+        channel="web",
+    )
+    assert to_outcome(approved, 0.0).preview_sha256 == PREVIEW_SHA
+    assert text_of(approved) == (
+        f"Approved by alice via web. Payload SHA-256: {SHA}. Preview SHA-256: {PREVIEW_SHA}.\n"
+        "Next step: Approved: go ahead with exactly the action that was approved, and nothing more."
+    )
+    denied = approved.model_copy(update={"approved": False})
+    assert to_outcome(denied, 0.0).preview_sha256 == PREVIEW_SHA  # the hash of what was asked
+    assert text_of(denied).startswith("Denied by alice via web.\n")
+
+
+def test_a_quorum_lists_its_votes_and_while_pending_its_progress() -> None:
+    votes = [
+        vote("owner", "approve", "push"),
+        vote("dana", "approve", "mail", on_behalf_of="lead", comment="ok for lead"),
+        vote("security", "deny", "slack", comment="not on a Friday"),
+    ]
+    quorum = Quorum(required=2, of=["owner", "lead", "security", "ops"], veto="none")
+    pending = request(Kind.APPROVAL, Status.PENDING, approvals=quorum, votes=votes[:1])
+    assert text_of(pending) == (
+        f"Still waiting for a reply to request {RID} (sent via web, slack); waited 12s in this call. "
+        "1 of 2 approvals — waiting for lead, security or ops.\n"
+        f"Next step: {WAIT}"
+    )
+    settled = request(
+        Kind.APPROVAL,
+        Status.ANSWERED,
+        approvals=quorum,
+        votes=votes,
+        approved=True,
+        responder="DANA",
+        channel="mail",
+    )
+    outcome = to_outcome(settled, 0.0)
+    assert [v.model_dump() for v in outcome.votes or []][1] == {
+        "person": "dana",
+        "on_behalf_of": "lead",
+        "channel": "mail",
+        "decision": "approve",
+        "comment": "ok for lead",
+        "at": "2026-01-01T00:00:30.000Z",
+    }
+    assert describe(outcome, settled) == (
+        "Approved by DANA via mail. Votes: owner approved via push; "
+        'dana for lead approved via mail ("ok for lead"); security denied via slack ("not on a Friday"). '
+        f"Payload SHA-256: {SHA}.\n"
+        "Next step: Approved: go ahead with exactly the action that was approved, and nothing more."
+    )
+    assert to_outcome(request(Kind.APPROVAL, Status.ANSWERED, approved=True), 0.0).votes is None
+
+
+def test_an_approval_made_while_approvals_were_paused_says_it_was_not_asked() -> None:
+    paused = request(
+        Kind.APPROVAL, Status.CANCELLED, approved=False, comment="paused by alice: deploy freeze"
+    )
+    assert text_of(paused) == (
+        f"Request {RID} was not asked: approvals are paused by alice: deploy freeze. It is NOT approved.\n"
+        f"Next step: {WITHDRAWN}"
+    )
+    # a question is never paused, and a request with a responder was not stopped by a pause
+    for req in (
+        request(Kind.QUESTION, Status.CANCELLED, comment="paused by alice: deploy freeze"),
+        request(Kind.APPROVAL, Status.CANCELLED, approved=False, comment="paused by me", responder="alice"),
+    ):
+        assert (
+            text_of(req) == f'Request {RID} was cancelled. Comment: "{req.comment}".\nNext step: {WITHDRAWN}'
+        )
+
+
+@pytest.mark.parametrize(
+    "inbox_url",
+    ["https://hitl.example", "https://hitl.example/", "https://hitl.example//"],
+)
+def test_a_pending_request_names_where_the_person_can_answer(inbox_url: str) -> None:
+    req = request(Kind.QUESTION, Status.PENDING)
+    expected = f"{WAIT} If the person asks where to answer: https://hitl.example/requests/{RID}."
+    assert to_outcome(req, 0.0, inbox_url=inbox_url).next_step == expected
+    assert next_step(req, None, inbox_url) == expected
+
+
+def test_an_inbox_below_a_path_keeps_its_path() -> None:
+    req = request(Kind.QUESTION, Status.PENDING)
+    said = next_step(req, None, "https://ops.example/hitl-X/")
+    assert said.endswith(f" If the person asks where to answer: https://ops.example/hitl-X/requests/{RID}.")
+
+
+NOTIFIED = [
+    ({"delivered": ["slack"]}, "Delivered via slack."),
+    ({"delivered": ["slack", "web"]}, "Delivered via slack, web."),
+    ({"delivered": []}, "Not delivered anywhere."),
+    (
+        {"delivered": ["web"], "digest": [{"channel": "push", "at": "2026-01-01T09:00:00.000Z"}]},
+        "Delivered via web. Queued for the digest on push at 2026-01-01T09:00:00.000Z.",
+    ),
+    (
+        {
+            "delivered": [],
+            "digest": [
+                {"channel": "push", "at": "2026-01-01T09:00:00.000Z"},
+                {"channel": "mail", "at": "2026-01-01T17:00:00.000Z"},
+            ],
+        },
+        "Queued for the digest on push at 2026-01-01T09:00:00.000Z, mail at 2026-01-01T17:00:00.000Z.",
+    ),
+    (
+        {
+            "delivered": [],
+            "failed": [
+                {"channel": "sms", "error": "21211 invalid number"},
+                {"channel": "mail", "error": "550 no such user"},
+            ],
+        },
+        "Not delivered anywhere. Failed: sms: 21211 invalid number; mail: 550 no such user.",
+    ),
+    (
+        {"delivered": ["web"], "failed": [{"channel": "sms", "error": "timed out"}]},
+        "Delivered via web. Failed: sms: timed out.",
+    ),
+]
+
+
+@pytest.mark.parametrize("fields, expected", NOTIFIED, ids=[t for _, t in NOTIFIED])
+def test_what_notify_user_says(fields: dict[str, Any], expected: str) -> None:
+    result = NotifyResult(request_id=RID, **{"failed": [], **fields})
+    assert describe_notification(result) == expected
+
+
+REPORTED = [
+    (
+        {"decision": "approved", "status": "executed"},
+        "Recorded: executed after the request was approved.",
+    ),
+    (
+        {"decision": "denied", "status": "skipped", "receipt": "eyJ.e30.c2ln"},
+        "Recorded: skipped after the request was denied. The signed receipt is in the result.",
+    ),
+    (
+        {"decision": "denied", "status": "executed", "flagged": "executed without an approval"},
+        "Recorded, and FLAGGED (executed without an approval): executed after the request was denied.",
+    ),
+    (
+        {
+            "decision": "expired",
+            "status": "executed",
+            "flagged": "executed without an approval",
+            "receipt": "eyJ.e30.c2ln",
+        },
+        "Recorded, and FLAGGED (executed without an approval): executed after the request was expired. "
+        "The signed receipt is in the result.",
+    ),
+]
+
+
+@pytest.mark.parametrize("fields, expected", REPORTED, ids=[t for _, t in REPORTED])
+def test_what_report_outcome_says(fields: dict[str, Any], expected: str) -> None:
+    done = ReportedOutcome(request_id=RID, reported_at="2026-01-01T00:05:00.000Z", **fields)
+    assert describe_report(done) == expected

@@ -121,8 +121,8 @@ def describe(outcome: Outcome, request: Request) -> str:
             f"Still waiting for a reply to request {request.id} (sent via {', '.join(request.channels)}); "
             f"waited {format_duration(outcome.waited_seconds)} in this call.{left}"
         )
-        if request.progress:
-            head += f" {request.progress[:1].upper()}{request.progress[1:]}."
+        if request.progress:  # "1 of 2 approvals — waiting for lead": begins with a digit, as a sentence may
+            head += f" {request.progress}."
     elif outcome.rule is not None:
         head = (
             f"Approved by remembered rule {outcome.rule} ({outcome.comment}); no person was asked this time."
