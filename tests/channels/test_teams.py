@@ -161,6 +161,26 @@ async def test_forged_tokens_are_refused_before_anything_is_read(
     assert (await broker.get_or_raise(request.id)).status == Status.PENDING
 
 
+async def test_odd_activities_get_a_clear_answer(bot: tuple[TeamsStandin, Broker, str]) -> None:
+    stand, broker, url = bot
+    request, _ = await broker.ask(AskSpec(kind=Kind.APPROVAL, text="Rotate keys"))
+    message = await delivered(stand, broker, request)
+    press = stand.invoke(message, "Approve", OLIVE)
+    # not JSON, no serviceUrl: 400 before any token is looked at
+    assert (await stand.send(url, {"type": "invoke"}))[0] == 400
+    # verified, but its value and sender are not objects: refused as a button hitl-mcp did not sign
+    odd = {**press, "value": "approve", "from": ["olive"]}
+    assert (await stand.send(url, odd))[1] == {
+        "statusCode": 200,
+        "type": "application/vnd.microsoft.activity.message",
+        "value": "This button is not valid.",
+    }
+    # a message to the bot, or its being added to a team: nothing to answer
+    chat = {**press, "type": "message", "text": "approve", "value": None}
+    assert await stand.send(url, chat) == (200, None)
+    assert (await broker.get_or_raise(request.id)).status == Status.PENDING
+
+
 async def test_tampered_replayed_and_not_allowed_presses_count_for_nothing(
     bot: tuple[TeamsStandin, Broker, str],
 ) -> None:

@@ -128,11 +128,10 @@ class TeamsInbound(BaseChannel):
         return Response(status_code=200)
 
     async def _press(self, activity: dict[str, Any]) -> Response:
-        sender = activity.get("from") or {}
+        sender, value = _object(activity.get("from")), _object(activity.get("value"))
         user_id = str(sender.get("aadObjectId") or "").lower()
         who = f"{sender['name']} ({user_id})" if sender.get("name") and user_id else user_id
-        action_value = (activity.get("value") or {}).get("action") or {}
-        data = action_value.get("data") if isinstance(action_value, dict) else None
+        data = _object(value.get("action")).get("data")
         parsed = self.tokens.read(data)
         if parsed is None or not isinstance(data, dict) or not activity.get("id"):
             await self.ignore(None, who or None, "a button hitl-mcp did not sign", user_id=user_id)
@@ -163,6 +162,10 @@ class TeamsInbound(BaseChannel):
         if settled is not None and not settled.is_open and settled.kind != Kind.NOTIFICATION:
             return _card(self.card_of(settled, outcome=outcome_line(settled, self.name)))
         return said(outcome.words)
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _card(content: dict[str, Any]) -> JSONResponse:
