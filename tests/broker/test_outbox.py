@@ -62,6 +62,7 @@ class Scripted(Channel):
 
     async def remind(self, request: Request, delivery: Delivery, key: str) -> Delivery:
         self.reminded.append((request.id, delivery, key))
+        self.changes.fire()
         return Delivery(ref=f"{self.name}-reminder-{len(self.reminded)}")
 
 
@@ -509,12 +510,14 @@ async def test_a_reminder_carries_what_the_first_send_returned_and_its_own_key(s
     ]
 
 
-async def test_a_send_failing_after_settlement_queues_no_retraction_on_a_silent_channel(
-    store: SqliteStore,
+@pytest.mark.parametrize("fails", [True, False])
+async def test_a_send_landing_after_settlement_queues_no_retraction_on_a_silent_channel(
+    store: SqliteStore, fails: bool
 ) -> None:
-    """The request is settled while its SMS is in flight; the SMS fails. The webhook that had sent it
-    retracts nothing, so nothing is queued for it then either (as at settlement)."""
-    hook, sms = Quiet("hook"), Scripted("sms", DeliveryError("503 unavailable"))
+    """The request is settled while its SMS is in flight; the SMS then fails (its retry is dropped) or
+    lands (it is retracted). The webhook that had sent the request retracts nothing, so nothing is
+    queued for it then either, as at settlement."""
+    hook, sms = Quiet("hook"), Scripted("sms", DeliveryError("503 unavailable") if fails else None)
     sms.release = anyio.Event()
     outbox = Outbox(store, {"hook": hook, "sms": sms})
     assert silent_channels(outbox.channels) == {"hook"}
@@ -532,11 +535,53 @@ async def test_a_send_failing_after_settlement_queues_no_retraction_on_a_silent_
             await resolve(
                 store, request.id, reply, {"answer": "yes"}, silent=silent_channels(outbox.channels)
             )
-            sms.release.set()  # ... and it fails
-    assert [(d.channel, d.action, d.status) for d in await store.deliveries(request.id)] == [
-        ("hook", "deliver", "sent"),
-        ("sms", "deliver", "skipped"),
+            sms.release.set()  # ... and it fails, or lands
+    expected = [("hook", "deliver", "sent"), ("sms", "deliver", "skipped")]
+    if not fails:
+        expected[1:] = [("sms", "deliver", "sent"), ("sms", "retract", "queued")]
+    assert [(d.channel, d.action, d.status) for d in await store.deliveries(request.id)] == expected
+
+
+async def test_the_loop_runs_due_escalation_steps_and_says_so(
+    store: SqliteStore, caplog: pytest.LogCaptureFixture, quick_outbox: None
+) -> None:
+    caplog.set_level(logging.INFO, logger="hitl_mcp.broker.outbox")
+    slack = Scripted("slack")
+    outbox = Outbox(store, {"slack": slack})
+    request = Request(
+        id=secrets.token_hex(8), kind=Kind.QUESTION, status=Status.PENDING, text="Deploy v2?",
+        channels=["slack"], created_at=now(),
+    )  # fmt: skip
+    await store.create(request, None, [PlannedStep(1, now(), "remind", [], "remind")])
+    row = await claim_one(store, "slack", now())
+    assert row is not None
+    await outbox.attempt(row)  # sent: the step reminds there
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(outbox.run)
+        await until(lambda: bool(slack.reminded), slack.changes, seconds=5)
+        tg.cancel_scope.cancel()
+    assert [r.getMessage() for r in caplog.records if r.name == "hitl_mcp.broker.outbox"] == [
+        f"request {request.id}: step 1 (remind) queued on ['slack']"
     ]
+
+
+async def test_the_loop_sends_a_notification_whose_caller_died_as_itself_where_there_is_no_digest(
+    store: SqliteStore, quick_outbox: None
+) -> None:
+    """The caller that held a notification's sends died; after the lease the loop sends it, as the
+    notification it is: only a channel with a digest window gathers notes into a digest."""
+    slack = Scripted("slack")
+    outbox = Outbox(store, {"slack": slack})
+    note = Request(
+        id=secrets.token_hex(8), kind=Kind.NOTIFICATION, status=Status.NOTIFIED, text="Build done",
+        channels=["slack"], created_at=now() - outbox_module.LEASE_SECONDS - 1,
+    )  # fmt: skip
+    await store.create(note, None)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(outbox.run)
+        await until(lambda: bool(slack.sent), slack.changes, seconds=5)
+        tg.cancel_scope.cancel()
+    assert slack.sent == [note]  # not "digest: 1 notification"
 
 
 # --- digests: the notes held for a channel's digest are sent, and retried, as one message -----------
