@@ -18,10 +18,10 @@ import anyio
 import pytest
 
 from hitl_mcp.broker import outbox as outbox_module
-from hitl_mcp.broker.outbox import DELIVERY_RETRY, MAX_ATTEMPTS, Outbox
+from hitl_mcp.broker.outbox import DELIVERY_RETRY, MAX_ATTEMPTS, Outbox, silent_channels
 from hitl_mcp.channels.base import Channel, ChannelConfig, Delivery, DeliveryError
 from hitl_mcp.core.models import Kind, Reply, Request, Status, now
-from hitl_mcp.core.store import DeliveryRow
+from hitl_mcp.core.store import DeliveryRow, PlannedStep
 from hitl_mcp.store import sqlite as sqlite_module
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.conftest import Heard
@@ -37,11 +37,12 @@ class Scripted(Channel):
 
     type = "scripted"
 
-    def __init__(self, name: str, *script: BaseException | None) -> None:
-        super().__init__(name, ChannelConfig(type="scripted"), hub=None)  # type: ignore[arg-type]
+    def __init__(self, name: str, *script: BaseException | None, digest: float | None = None) -> None:
+        super().__init__(name, ChannelConfig(type="scripted", digest=digest), hub=None)  # type: ignore[arg-type]
         self.script = list(script)
         self.sent: list[Request] = []
         self.retracted: list[tuple[Request, Delivery]] = []
+        self.reminded: list[tuple[str, Delivery, str]] = []
         self.release = anyio.Event()
         self.release.set()
         self.changes = Changes()
@@ -58,6 +59,23 @@ class Scripted(Channel):
     async def retract(self, request: Request, delivery: Delivery) -> None:
         self.retracted.append((request, delivery))
         self.changes.fire()
+
+    async def remind(self, request: Request, delivery: Delivery, key: str) -> Delivery:
+        self.reminded.append((request.id, delivery, key))
+        self.changes.fire()
+        return Delivery(ref=f"{self.name}-reminder-{len(self.reminded)}")
+
+
+class Quiet(Channel):
+    """A channel that sends and never retracts (a webhook with no settle event): it is silent."""
+
+    type = "quiet"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, ChannelConfig(type="quiet"), hub=None)  # type: ignore[arg-type]
+
+    async def deliver(self, request: Request) -> Delivery:
+        return Delivery(ref=f"{self.name}-1")
 
 
 @pytest.fixture
@@ -459,3 +477,260 @@ async def test_a_send_queued_for_a_request_settled_meanwhile_is_skipped(store: S
     )
     await Outbox(store, {"slack": slack}).attempt(held)
     assert [r.id for r in slack.sent] == [note.id]
+
+
+async def test_a_reminder_carries_what_the_first_send_returned_and_its_own_key(store: SqliteStore) -> None:
+    """Each reminder step is named by its key (the same on a retry), so a channel that reminds "at most
+    once" tells two reminders apart; it replies to or edits the request's own message."""
+    slack = Scripted("slack")
+    outbox = Outbox(store, {"slack": slack})
+    request = Request(
+        id=secrets.token_hex(8), kind=Kind.QUESTION, status=Status.PENDING, text="Deploy v2?",
+        channels=["slack"], created_at=now(),
+    )  # fmt: skip
+    steps = [PlannedStep(n, now() + 600 * n, "remind", [], "remind") for n in (1, 2)]
+    await store.create(request, None, steps)
+    row = await claim_one(store, "slack", now())
+    assert row is not None
+    await outbox.attempt(row)
+    for n in (1, 2):
+        await store.run_due_steps(now() + 600 * n)
+        reminder = await claim_one(store, "slack", now() + 600 * n)
+        assert reminder is not None and reminder.action == f"remind#{n}"
+        await outbox.attempt(reminder)
+    first = Delivery(ref="slack-1", detail={"to": "slack"})
+    assert slack.reminded == [
+        (request.id, first, f"remind#1:{request.id}"),
+        (request.id, first, f"remind#2:{request.id}"),
+    ]
+    assert [(d.action, d.status, d.ref) for d in await store.deliveries(request.id)] == [
+        ("deliver", "sent", "slack-1"),
+        ("remind#1", "sent", "slack-reminder-1"),
+        ("remind#2", "sent", "slack-reminder-2"),
+    ]
+
+
+@pytest.mark.parametrize("fails", [True, False])
+async def test_a_send_landing_after_settlement_queues_no_retraction_on_a_silent_channel(
+    store: SqliteStore, fails: bool
+) -> None:
+    """The request is settled while its SMS is in flight; the SMS then fails (its retry is dropped) or
+    lands (it is retracted). The webhook that had sent the request retracts nothing, so nothing is
+    queued for it then either, as at settlement."""
+    hook, sms = Quiet("hook"), Scripted("sms", DeliveryError("503 unavailable") if fails else None)
+    sms.release = anyio.Event()
+    outbox = Outbox(store, {"hook": hook, "sms": sms})
+    assert silent_channels(outbox.channels) == {"hook"}
+    request = await asked(store, "hook", "sms")
+    sent = await claim_one(store, "hook", now())
+    assert sent is not None
+    await outbox.attempt(sent)
+    row = await claim_one(store, "sms", now())
+    assert row is not None
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(outbox.attempt, row)
+            await until(lambda: bool(sms.sent), sms.changes, seconds=5)  # in flight...
+            reply = Reply(channel="web", responder="owner", text="yes")
+            await resolve(
+                store, request.id, reply, {"answer": "yes"}, silent=silent_channels(outbox.channels)
+            )
+            sms.release.set()  # ... and it fails, or lands
+    expected = [("hook", "deliver", "sent"), ("sms", "deliver", "skipped")]
+    if not fails:
+        expected[1:] = [("sms", "deliver", "sent"), ("sms", "retract", "queued")]
+    assert [(d.channel, d.action, d.status) for d in await store.deliveries(request.id)] == expected
+
+
+async def test_the_loop_runs_due_escalation_steps_and_says_so(
+    store: SqliteStore, caplog: pytest.LogCaptureFixture, quick_outbox: None
+) -> None:
+    caplog.set_level(logging.INFO, logger="hitl_mcp.broker.outbox")
+    slack = Scripted("slack")
+    outbox = Outbox(store, {"slack": slack})
+    request = Request(
+        id=secrets.token_hex(8), kind=Kind.QUESTION, status=Status.PENDING, text="Deploy v2?",
+        channels=["slack"], created_at=now(),
+    )  # fmt: skip
+    await store.create(request, None, [PlannedStep(1, now(), "remind", [], "remind")])
+    row = await claim_one(store, "slack", now())
+    assert row is not None
+    await outbox.attempt(row)  # sent: the step reminds there
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(outbox.run)
+        await until(lambda: bool(slack.reminded), slack.changes, seconds=5)
+        tg.cancel_scope.cancel()
+    assert [r.getMessage() for r in caplog.records if r.name == "hitl_mcp.broker.outbox"] == [
+        f"request {request.id}: step 1 (remind) queued on ['slack']"
+    ]
+
+
+async def test_the_loop_sends_a_notification_whose_caller_died_as_itself_where_there_is_no_digest(
+    store: SqliteStore, quick_outbox: None
+) -> None:
+    """The caller that held a notification's sends died; after the lease the loop sends it, as the
+    notification it is: only a channel with a digest window gathers notes into a digest."""
+    slack = Scripted("slack")
+    outbox = Outbox(store, {"slack": slack})
+    note = Request(
+        id=secrets.token_hex(8), kind=Kind.NOTIFICATION, status=Status.NOTIFIED, text="Build done",
+        channels=["slack"], created_at=now() - outbox_module.LEASE_SECONDS - 1,
+    )  # fmt: skip
+    await store.create(note, None)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(outbox.run)
+        await until(lambda: bool(slack.sent), slack.changes, seconds=5)
+        tg.cancel_scope.cancel()
+    assert slack.sent == [note]  # not "digest: 1 notification"
+
+
+# --- digests: the notes held for a channel's digest are sent, and retried, as one message -----------
+
+WINDOW = 900.0
+
+
+async def noted(store: SqliteStore, channel: str) -> Request:
+    """An info notification held for ``channel``'s digest, whose window closes now."""
+    note = Request(
+        id=secrets.token_hex(8), kind=Kind.NOTIFICATION, status=Status.NOTIFIED, text="Build done",
+        channels=[channel], created_at=now(),
+    )  # fmt: skip
+    await store.create(note, None, held_until={channel: now()})
+    return note
+
+
+async def digest_due(
+    store: SqliteStore, channel: str, notes: list[Request], at: float
+) -> list[tuple[DeliveryRow, Request]]:
+    """The notes' rows claimed at ``at``, each with its note: a digest to send."""
+    by_id = {note.id: note for note in notes}
+    return [(row, by_id[row.request_id]) for row in await store.claim_deliveries([channel], at, 60, 10)]
+
+
+async def test_a_failed_digest_is_retried_as_one_after_the_backoff_of_its_most_tried_note(
+    store: SqliteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="hitl_mcp.broker.outbox")
+    phone = Scripted("phone", DeliveryError("503 unavailable"), DeliveryError("503 again"), digest=WINDOW)
+    outbox = Outbox(store, {"phone": phone})
+    early = await noted(store, "phone")
+    await outbox.send_digest("phone", await digest_due(store, "phone", [early], now()))  # fails once
+    late = await noted(store, "phone")
+    group = await digest_due(store, "phone", [early, late], now() + backoff(1))
+    assert sorted((note.id, row.attempts) for row, note in group) == sorted([(early.id, 2), (late.id, 1)])
+    failed_at = now()
+    await outbox.send_digest("phone", group)
+    assert phone.sent[-1].title == "digest: 2 notifications"
+    for note, attempts in ((early, 2), (late, 1)):
+        queued = await row_of(store, note, "phone")
+        assert (queued.status, queued.error, queued.attempts) == ("queued", "503 again", attempts)
+    # one time for both, the backoff after the early note's second attempt: they stay one digest
+    assert await digest_due(store, "phone", [early, late], failed_at + backoff(2) - 0.2) == []
+    group = await digest_due(store, "phone", [early, late], now() + backoff(2))
+    assert sorted(note.id for _, note in group) == sorted([early.id, late.id])
+    await outbox.send_digest("phone", group)
+    for note in (early, late):
+        sent = await row_of(store, note, "phone")
+        assert (sent.status, sent.ref, sent.detail) == ("sent", "phone-3", {"to": "phone", "digest": 2})
+    assert [r.getMessage() for r in caplog.records if r.name == "hitl_mcp.broker.outbox"] == [
+        "deliver to phone failed (attempt 1), retrying in 1s: 503 unavailable",
+        "deliver to phone failed (attempt 2), retrying in 2s: 503 again",
+        "deliver to phone failed (attempt 1), retrying in 2s: 503 again",
+    ]
+
+
+async def test_a_providers_retry_after_holds_the_whole_digest(store: SqliteStore) -> None:
+    phone = Scripted("phone", DeliveryError("429 rate limited", retry_after=120.0), digest=WINDOW)
+    notes = [await noted(store, "phone") for _ in range(2)]
+    failed_at = now()
+    await Outbox(store, {"phone": phone}).send_digest("phone", await digest_due(store, "phone", notes, now()))
+    assert await digest_due(store, "phone", notes, failed_at + 119) == []
+    again = await digest_due(store, "phone", notes, now() + 120)
+    assert sorted(note.id for _, note in again) == sorted(note.id for note in notes)
+
+
+async def test_a_digest_refused_for_good_fails_every_note_in_it(store: SqliteStore) -> None:
+    phone = Scripted("phone", DeliveryError("400 no such topic", permanent=True), digest=WINDOW)
+    notes = [await noted(store, "phone") for _ in range(2)]
+    await Outbox(store, {"phone": phone}).send_digest("phone", await digest_due(store, "phone", notes, now()))
+    for note in notes:
+        failed = await row_of(store, note, "phone")
+        assert (failed.status, failed.error) == ("failed", "400 no such topic")
+    assert await digest_due(store, "phone", notes, now() + 3600) == []
+
+
+async def test_a_digest_is_given_up_after_exactly_max_attempts(store: SqliteStore) -> None:
+    phone = Scripted("phone", *[DeliveryError(f"503 down ({n})") for n in range(1, 20)], digest=WINDOW)
+    outbox = Outbox(store, {"phone": phone})
+    notes = [await noted(store, "phone") for _ in range(2)]
+    at = now()
+    while group := await digest_due(store, "phone", notes, at):
+        await outbox.send_digest("phone", group)
+        at += 400  # past any backoff
+    assert len(phone.sent) == MAX_ATTEMPTS
+    for note in notes:
+        failed = await row_of(store, note, "phone")
+        assert (failed.status, failed.attempts, failed.error) == ("failed", 8, "503 down (8)")
+
+
+async def test_a_digest_with_no_answer_in_time_is_a_retryable_failure(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(outbox_module, "ATTEMPT_TIMEOUT", 0.2)
+    slow = Scripted("slow", digest=WINDOW)
+    slow.release = anyio.Event()  # never answers
+    notes = [await noted(store, "slow") for _ in range(2)]
+    with anyio.fail_after(5):
+        await Outbox(store, {"slow": slow}).send_digest("slow", await digest_due(store, "slow", notes, now()))
+    for note in notes:
+        queued = await row_of(store, note, "slow")
+        assert (queued.status, queued.error) == ("queued", "no answer from slow within 0s")
+
+
+async def test_a_channel_bug_in_a_digest_is_recorded_and_retried(
+    store: SqliteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    buggy = Scripted("buggy", KeyError("chat_id"), digest=WINDOW)
+    notes = [await noted(store, "buggy") for _ in range(2)]
+    await Outbox(store, {"buggy": buggy}).send_digest("buggy", await digest_due(store, "buggy", notes, now()))
+    for note in notes:
+        queued = await row_of(store, note, "buggy")
+        assert (queued.status, queued.error) == ("queued", "KeyError: 'chat_id'")
+    (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert record.getMessage() == "channel buggy failed to send a digest"
+    assert record.exc_info is not None
+
+
+async def test_a_digest_the_store_cannot_record_is_retried_after_the_lease(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch, quick_outbox: None
+) -> None:
+    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_MS", 100)
+    heard = Heard("not recorded")
+    logging.getLogger("hitl_mcp.broker.outbox").addHandler(heard)
+    phone = Scripted("phone", digest=WINDOW)
+    phone.release = anyio.Event()
+    outbox = Outbox(store, {"phone": phone})
+    notes = [await noted(store, "phone") for _ in range(2)]
+    other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(outbox.run)
+            await until(lambda: bool(phone.sent), phone.changes, seconds=5)
+            other.execute("BEGIN IMMEDIATE")  # another process holds the write lock past the busy timeout
+            phone.release.set()
+            with anyio.fail_after(5):
+                await heard.event.wait()
+            other.execute("ROLLBACK")
+            tg.cancel_scope.cancel()
+    finally:
+        other.close()
+        logging.getLogger("hitl_mcp.broker.outbox").removeHandler(heard)
+    [digest] = phone.sent
+    assert digest.title == "digest: 2 notifications"
+    (line,) = heard.lines
+    assert line.startswith("hitl-mcp: digest to phone not recorded (StoreError: the server cannot record")
+    assert line.endswith("); retried after the lease")
+    for note in notes:
+        assert (await row_of(store, note, "phone")).status == "sending"
+    again = await digest_due(store, "phone", notes, now() + outbox_module.LEASE_SECONDS + 1)
+    assert sorted(note.id for _, note in again) == sorted(note.id for note in notes)

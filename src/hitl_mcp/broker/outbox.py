@@ -123,7 +123,8 @@ class Outbox:
         as sent; a failure leaves them queued together, retried as one digest."""
         channel = self.channels[name]
         digest = compose([request for _, request in group], name, now())
-        error, retry_after, permanent = "", None, False
+        retry_after: float | None = None
+        permanent = False
         try:
             with anyio.fail_after(ATTEMPT_TIMEOUT):
                 sent = await channel.deliver(digest)
@@ -143,7 +144,7 @@ class Outbox:
         delay = retry_after if retry_after is not None else DELIVERY_RETRY.delay(attempts)
         retry_at = now() + delay  # one time for all: they stay one digest
         for row, _ in group:
-            await self._failed(row, error, retry_after, permanent, MAX_ATTEMPTS, retry_at)
+            await self._failed(row, error, None, permanent, MAX_ATTEMPTS, retry_at)
 
     async def send_now(self, ids: Sequence[int]) -> list[DeliveryRow]:
         """Claim these rows and attempt each once, concurrently; returns their rows afterwards."""
@@ -205,8 +206,10 @@ class Outbox:
             log.warning("%s to %s failed for good: %s", row.action, row.channel, error)
             await self.store.finish_delivery(row.id, status="failed", error=error)
             return
-        delay = retry_after if retry_after is not None else DELIVERY_RETRY.delay(row.attempts)
-        if retry_at is not None:
+        if retry_at is None:  # a row of its own: its own backoff, or what the provider asked for
+            delay = retry_after if retry_after is not None else DELIVERY_RETRY.delay(row.attempts)
+            retry_at = now() + delay
+        else:  # a digest's row: the time set for the whole digest
             delay = retry_at - now()
         log.info(
             "%s to %s failed (attempt %d), retrying in %.0fs: %s",
@@ -220,6 +223,6 @@ class Outbox:
             row.id,
             status="queued",
             error=error,
-            next_attempt_at=retry_at if retry_at is not None else now() + delay,
+            next_attempt_at=retry_at,
             silent=silent_channels(self.channels),  # settled meanwhile: the retry is dropped
         )

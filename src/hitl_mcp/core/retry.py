@@ -53,9 +53,9 @@ def retry_after(headers: Mapping[str, Any] | None) -> float | None:
             value = found[0] if isinstance(found, list | tuple) and found else found
             break
     try:
-        seconds = float(value) if value is not None else None
+        seconds = float(value)  # None (no header), a date, a word: TypeError or ValueError
     except (TypeError, ValueError):
         return None
-    if seconds is None or not math.isfinite(seconds):
+    if not math.isfinite(seconds):
         return None
     return min(max(seconds, 0.0), MAX_RETRY_AFTER)
