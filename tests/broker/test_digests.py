@@ -361,6 +361,8 @@ async def test_a_digest_goes_to_the_people_its_notes_were_for(
             ("for bob", ["bob"]),
             ("for alice 2", ["alice"]),
             ("for anyone", None),
+            ("for both", ["alice", "bob"]),
+            ("for both again", ["bob", "alice"]),  # the same people: the same digest
         ]
         for minute, (text, to) in enumerate(notes):
             clock.at = clock.start + 60 * minute
@@ -371,4 +373,9 @@ async def test_a_digest_goes_to_the_people_its_notes_were_for(
             tuple(d.to or ()): [line.split(" ", 2)[2] for line in d.text.splitlines()]
             for d in channel.delivered
         }
-        assert sent == {("alice",): ["for alice 1", "for alice 2"], ("bob",): ["for bob"], (): ["for anyone"]}
+        assert sent == {
+            ("alice",): ["for alice 1", "for alice 2"],
+            ("bob",): ["for bob"],
+            (): ["for anyone"],
+            ("alice", "bob"): ["for both", "for both again"],
+        }

@@ -105,7 +105,9 @@ class Outbox:
             if row.action == "deliver" and digest_window(self.channels[row.channel]) is not None:
                 request = await self.store.get(row.request_id)
                 if request is not None and digested(request):
-                    digests.setdefault((row.channel, tuple(request.to or ())), []).append((row, request))
+                    digests.setdefault((row.channel, tuple(sorted(set(request.to or ())))), []).append(
+                        (row, request)
+                    )
                     continue
             solo.append(row)
         return solo, digests
