@@ -370,7 +370,7 @@ async def test_a_digest_goes_to_the_people_its_notes_were_for(
         clock.at = clock.closes
         await digest_sent(broker, [r.request_id for r in results])
         sent = {
-            tuple(d.to or ()): [line.split(" ", 2)[2] for line in d.text.splitlines()]
+            tuple(sorted(d.to or ())): [line.split(" ", 2)[2] for line in d.text.splitlines()]
             for d in channel.delivered
         }
         assert sent == {
