@@ -26,6 +26,7 @@ from hitl_mcp.channels.base import (
 )
 from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.core.audit import verify
+from hitl_mcp.core.escalation import Choice, Policy
 from hitl_mcp.core.models import Kind, Reply, Request, Status, now
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.support.events import Changes, until
@@ -316,3 +317,31 @@ async def test_channel_state_is_namespaced_and_pruned_once_settled(tmp_path: Pat
         assert await a.state.load(f"send:{pending.id}") == {"code": "1234"}
         assert await a.state.get("poll_mark") == "42"
         assert await a.state.seen("msg-1") is False  # forgotten
+
+
+async def test_a_call_naming_its_channels_asks_none_of_the_default_people(tmp_path: Path) -> None:
+    async with broker_with(tmp_path / "db.sqlite3", Recorder("slack")) as broker:
+        broker.policy = Policy(
+            people={"alice": {"slack": "U1"}},
+            types={"slack": "testing"},
+            choices={Kind.QUESTION: Choice(to=["alice"])},
+        )
+        by_default, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Who deploys?"))
+        named, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Who merges?", channels=["slack"]))
+        assert by_default.to == ["alice"]
+        assert named.to is None and named.channels == ["slack"]
+
+
+async def test_an_event_of_no_request_is_heard_only_by_the_listeners_that_ask_for_it(tmp_path: Path) -> None:
+    """A pause (or a resume, which moves every deadline) belongs to no request: the change feed hands it,
+    as request id "", to the listeners added with ``unattached`` (the task stores), and to no other."""
+    async with broker_with(tmp_path / "db.sqlite3") as broker:
+        changes = Changes()
+        every: list[tuple[str, str]] = []
+        attached: list[tuple[str, str]] = []
+        broker.listen(lambda rid, event: (every.append((rid, event)), changes.fire()), unattached=True)
+        broker.listen(lambda rid, event: attached.append((rid, event)))
+        await broker.pause("ops", "maintenance window")
+        await until(lambda: ("", "paused") in every, changes, seconds=5)
+        assert [e for e in every if e[0] == ""] == [("", "paused")]
+        assert [e for e in attached if e[0] == ""] == []  # heard in the same round as the one above
