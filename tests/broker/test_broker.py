@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import secrets
 import sqlite3
 from collections.abc import AsyncIterator
@@ -12,6 +13,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+import hitl_mcp.broker.broker as broker_module
 from hitl_mcp.broker import AskDefaults, AskSpec, Broker, ReplyInvalid
 from hitl_mcp.broker.outbox import Outbox
 from hitl_mcp.channels.base import (
@@ -45,6 +47,22 @@ async def broker_with(path: Path, *channels: Channel) -> AsyncIterator[Broker]:
     factories = [lambda hub, channel=channel: channel for channel in channels]
     async with channel_broker(path.parent, *factories, start=False, db=path) as broker:
         yield broker
+
+
+@contextlib.asynccontextmanager
+async def idle_broker(tmp_path: Path, *channels: TestChannel) -> AsyncIterator[Broker]:
+    """A broker whose background work does not run: the test calls its rounds itself."""
+    store = SqliteStore(tmp_path / "db.sqlite3")
+    await store.open()
+    try:
+        names = [c.name for c in channels]
+        defaults = AskDefaults(channels={k: names for k in Kind}, timeouts={})
+        broker = Broker(store, {c.name: c for c in channels}, defaults, state_dir=tmp_path)
+        for channel in channels:
+            channel.hub = broker
+        yield broker
+    finally:
+        await store.close()
 
 
 async def test_delivery_retried_then_sent_then_retracted_with_its_ref(tmp_path: Path) -> None:
@@ -345,3 +363,75 @@ async def test_an_event_of_no_request_is_heard_only_by_the_listeners_that_ask_fo
         await until(lambda: ("", "paused") in every, changes, seconds=5)
         assert [e for e in every if e[0] == ""] == [("", "paused")]
         assert [e for e in attached if e[0] == ""] == []  # heard in the same round as the one above
+
+
+async def test_the_broker_prunes_state_a_month_after_settling_and_at_most_hourly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The maintenance round (not the running loop: its rounds are called one by one, on the broker's
+    clock) forgets a settled request's channel state once 30 days have passed, looking once an hour."""
+    channel = TestChannel("a")
+    async with idle_broker(tmp_path, channel) as broker:
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Which?"))
+        await channel.state.save(f"send:{request.id}", {"code": "1234"})
+        await broker.resolve(request.id, Reply(channel="a", responder="alice", text="this"))
+        settled_at = float(math.ceil(now()))
+
+        clock = settled_at + broker_module.KEEP_STATE_SECONDS - 1000  # not yet 30 days
+        monkeypatch.setattr(broker_module, "now", lambda: clock)
+        monkeypatch.setattr(broker_module, "MAINTAIN_SECONDS", 0.0)
+        kept = {"code": "1234"}
+        await broker._maintain_round()
+        assert await channel.state.load(f"send:{request.id}") == kept
+        clock += broker_module.PRUNE_EVERY - 1  # 30 days have passed, but the last look is not an hour old
+        await broker._maintain_round()
+        assert await channel.state.load(f"send:{request.id}") == kept
+        clock += 1  # an hour since the last look
+        await broker._maintain_round()
+        assert await channel.state.load(f"send:{request.id}") == {}
+
+
+async def test_while_paused_a_due_request_stays_pending_and_the_sweep_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with idle_broker(tmp_path, TestChannel("a")) as broker:
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Q?", timeout_seconds=60))
+        await broker.pause("ops")
+        monkeypatch.setattr(broker_module, "now", lambda: now() + 120)  # the deadline has passed
+        broker._expiry_wake.set()  # woken at once: the round does not wait out its delay
+        with anyio.fail_after(5):
+            await broker._expire_round()
+        assert (await broker.get_or_raise(request.id)).status == Status.PENDING
+
+
+async def test_while_paused_a_waiter_on_a_due_request_keeps_trying_the_expiry_and_sees_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deadlines wait while approvals are paused: the waiter does not give up on a due request but
+    tries its expiry again every EXPIRY_RETRY_SECONDS (after a resume the next try expires it)."""
+    async with idle_broker(tmp_path, TestChannel("a")) as broker:
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Q?", timeout_seconds=60))
+        await broker.pause("ops")
+        monkeypatch.setattr(broker_module, "now", lambda: now() + 120)
+        monkeypatch.setattr(broker_module, "EXPIRY_RETRY_SECONDS", 0.01)
+        tries = Changes()
+        tried: list[Request] = []
+        expire = broker.expire
+
+        async def counted_expire(request_id: str) -> Request:
+            tried.append(await expire(request_id))
+            tries.fire()
+            return tried[-1]
+
+        monkeypatch.setattr(broker, "expire", counted_expire)
+        waited: list[Request] = []
+
+        async def waiter() -> None:
+            waited.append(await broker.wait(request.id, 30, tick_seconds=30))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await until(lambda: len(tried) >= 3, tries, seconds=5)
+            assert all(r.status == Status.PENDING for r in tried) and waited == []
+            await broker.resolve(request.id, Reply(channel="a", responder="alice", text="go"))
+        assert [r.status for r in waited] == [Status.ANSWERED]
