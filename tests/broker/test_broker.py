@@ -14,6 +14,7 @@ import anyio.lowlevel
 import pytest
 
 import hitl_mcp.broker.broker as broker_module
+import hitl_mcp.store.sqlite as sqlite_module
 from hitl_mcp.broker import AskDefaults, AskSpec, Broker, ReplyInvalid
 from hitl_mcp.broker.outbox import Outbox
 from hitl_mcp.channels.base import (
@@ -435,3 +436,19 @@ async def test_while_paused_a_waiter_on_a_due_request_keeps_trying_the_expiry_an
             assert all(r.status == Status.PENDING for r in tried) and waited == []
             await broker.resolve(request.id, Reply(channel="a", responder="alice", text="go"))
         assert [r.status for r in waited] == [Status.ANSWERED]
+
+
+async def test_while_paused_a_reply_at_the_very_deadline_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deadlines wait while approvals are paused: a reply that comes when the clock reads the deadline
+    (already due: expires_at <= now) is taken, not turned into the expiry."""
+    async with idle_broker(tmp_path, TestChannel("a")) as broker:
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Q?", timeout_seconds=60))
+        await broker.pause("ops")
+        assert request.expires_at is not None
+        deadline = request.expires_at
+        monkeypatch.setattr(broker_module, "now", lambda: deadline)
+        monkeypatch.setattr(sqlite_module, "now", lambda: deadline)
+        settled = await broker.resolve(request.id, Reply(channel="a", responder="alice", text="go"))
+        assert settled.won and settled.request.status == Status.ANSWERED and settled.request.answer == "go"
