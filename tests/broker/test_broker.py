@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import secrets
 import sqlite3
 from collections.abc import AsyncIterator
@@ -12,6 +13,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+import hitl_mcp.broker.broker as broker_module
+import hitl_mcp.store.sqlite as sqlite_module
 from hitl_mcp.broker import AskDefaults, AskSpec, Broker, ReplyInvalid
 from hitl_mcp.broker.outbox import Outbox
 from hitl_mcp.channels.base import (
@@ -26,6 +29,7 @@ from hitl_mcp.channels.base import (
 )
 from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.core.audit import verify
+from hitl_mcp.core.escalation import Choice, Policy
 from hitl_mcp.core.models import Kind, Reply, Request, Status, now
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.support.events import Changes, until
@@ -44,6 +48,22 @@ async def broker_with(path: Path, *channels: Channel) -> AsyncIterator[Broker]:
     factories = [lambda hub, channel=channel: channel for channel in channels]
     async with channel_broker(path.parent, *factories, start=False, db=path) as broker:
         yield broker
+
+
+@contextlib.asynccontextmanager
+async def idle_broker(tmp_path: Path, *channels: TestChannel) -> AsyncIterator[Broker]:
+    """A broker whose background work does not run: the test calls its rounds itself."""
+    store = SqliteStore(tmp_path / "db.sqlite3")
+    await store.open()
+    try:
+        names = [c.name for c in channels]
+        defaults = AskDefaults(channels={k: names for k in Kind}, timeouts={})
+        broker = Broker(store, {c.name: c for c in channels}, defaults, state_dir=tmp_path)
+        for channel in channels:
+            channel.hub = broker
+        yield broker
+    finally:
+        await store.close()
 
 
 async def test_delivery_retried_then_sent_then_retracted_with_its_ref(tmp_path: Path) -> None:
@@ -316,3 +336,119 @@ async def test_channel_state_is_namespaced_and_pruned_once_settled(tmp_path: Pat
         assert await a.state.load(f"send:{pending.id}") == {"code": "1234"}
         assert await a.state.get("poll_mark") == "42"
         assert await a.state.seen("msg-1") is False  # forgotten
+
+
+async def test_a_call_naming_its_channels_asks_none_of_the_default_people(tmp_path: Path) -> None:
+    async with broker_with(tmp_path / "db.sqlite3", Recorder("slack")) as broker:
+        broker.policy = Policy(
+            people={"alice": {"slack": "U1"}},
+            types={"slack": "testing"},
+            choices={Kind.QUESTION: Choice(to=["alice"])},
+        )
+        by_default, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Who deploys?"))
+        named, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Who merges?", channels=["slack"]))
+        assert by_default.to == ["alice"]
+        assert named.to is None and named.channels == ["slack"]
+
+
+async def test_an_event_of_no_request_is_heard_only_by_the_listeners_that_ask_for_it(tmp_path: Path) -> None:
+    """A pause (or a resume, which moves every deadline) belongs to no request: the change feed hands it,
+    as request id "", to the listeners added with ``unattached`` (the task stores), and to no other."""
+    async with broker_with(tmp_path / "db.sqlite3") as broker:
+        changes = Changes()
+        every: list[tuple[str, str]] = []
+        attached: list[tuple[str, str]] = []
+        broker.listen(lambda rid, event: (every.append((rid, event)), changes.fire()), unattached=True)
+        broker.listen(lambda rid, event: attached.append((rid, event)))
+        await broker.pause("ops", "maintenance window")
+        await until(lambda: ("", "paused") in every, changes, seconds=5)
+        assert [e for e in every if e[0] == ""] == [("", "paused")]
+        assert [e for e in attached if e[0] == ""] == []  # heard in the same round as the one above
+
+
+async def test_the_broker_prunes_state_a_month_after_settling_and_at_most_hourly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The maintenance round (not the running loop: its rounds are called one by one, on the broker's
+    clock) forgets a settled request's channel state once 30 days have passed, looking once an hour."""
+    channel = TestChannel("a")
+    async with idle_broker(tmp_path, channel) as broker:
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Which?"))
+        await channel.state.save(f"send:{request.id}", {"code": "1234"})
+        await broker.resolve(request.id, Reply(channel="a", responder="alice", text="this"))
+        settled_at = float(math.ceil(now()))
+
+        clock = settled_at + broker_module.KEEP_STATE_SECONDS - 1000  # not yet 30 days
+        monkeypatch.setattr(broker_module, "now", lambda: clock)
+        monkeypatch.setattr(broker_module, "MAINTAIN_SECONDS", 0.0)
+        kept = {"code": "1234"}
+        await broker._maintain_round()
+        assert await channel.state.load(f"send:{request.id}") == kept
+        clock += broker_module.PRUNE_EVERY - 1  # 30 days have passed, but the last look is not an hour old
+        await broker._maintain_round()
+        assert await channel.state.load(f"send:{request.id}") == kept
+        clock += 1  # an hour since the last look
+        await broker._maintain_round()
+        assert await channel.state.load(f"send:{request.id}") == {}
+
+
+async def test_while_paused_a_due_request_stays_pending_and_the_sweep_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with idle_broker(tmp_path, TestChannel("a")) as broker:
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Q?", timeout_seconds=60))
+        await broker.pause("ops")
+        monkeypatch.setattr(broker_module, "now", lambda: now() + 120)  # the deadline has passed
+        broker._expiry_wake.set()  # woken at once: the round does not wait out its delay
+        with anyio.fail_after(5):
+            await broker._expire_round()
+        assert (await broker.get_or_raise(request.id)).status == Status.PENDING
+
+
+async def test_while_paused_a_waiter_on_a_due_request_keeps_trying_the_expiry_and_sees_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deadlines wait while approvals are paused: the waiter does not give up on a due request but
+    tries its expiry again every EXPIRY_RETRY_SECONDS (after a resume the next try expires it)."""
+    async with idle_broker(tmp_path, TestChannel("a")) as broker:
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Q?", timeout_seconds=60))
+        await broker.pause("ops")
+        monkeypatch.setattr(broker_module, "now", lambda: now() + 120)
+        monkeypatch.setattr(broker_module, "EXPIRY_RETRY_SECONDS", 0.01)
+        tries = Changes()
+        tried: list[Request] = []
+        expire = broker.expire
+
+        async def counted_expire(request_id: str) -> Request:
+            tried.append(await expire(request_id))
+            tries.fire()
+            return tried[-1]
+
+        monkeypatch.setattr(broker, "expire", counted_expire)
+        waited: list[Request] = []
+
+        async def waiter() -> None:
+            waited.append(await broker.wait(request.id, 30, tick_seconds=30))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await until(lambda: len(tried) >= 3, tries, seconds=5)
+            assert all(r.status == Status.PENDING for r in tried) and waited == []
+            await broker.resolve(request.id, Reply(channel="a", responder="alice", text="go"))
+        assert [r.status for r in waited] == [Status.ANSWERED]
+
+
+async def test_while_paused_a_reply_at_the_very_deadline_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deadlines wait while approvals are paused: a reply that comes when the clock reads the deadline
+    (already due: expires_at <= now) is taken, not turned into the expiry."""
+    async with idle_broker(tmp_path, TestChannel("a")) as broker:
+        request, _ = await broker.ask(AskSpec(kind=Kind.QUESTION, text="Q?", timeout_seconds=60))
+        await broker.pause("ops")
+        assert request.expires_at is not None
+        deadline = request.expires_at
+        monkeypatch.setattr(broker_module, "now", lambda: deadline)
+        monkeypatch.setattr(sqlite_module, "now", lambda: deadline)
+        settled = await broker.resolve(request.id, Reply(channel="a", responder="alice", text="go"))
+        assert settled.won and settled.request.status == Status.ANSWERED and settled.request.answer == "go"

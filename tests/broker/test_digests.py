@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client
 
@@ -114,6 +115,46 @@ async def test_three_info_notifications_become_one_message_after_the_window(
             [row] = await broker.store.deliveries(rid)
             assert (row.status, row.detail["digest"], row.ref) == ("sent", 3, "msg-1")
             assert [e.event for e in await broker.history.audit(rid)] == ["created", "delivered"]
+
+
+class Slow(TestChannel):
+    """A digest channel whose sends wait until the test lets them go."""
+
+    def __init__(self, hub: Any) -> None:
+        super().__init__("phone", hub=hub, digest=WINDOW)
+        self.sending = anyio.Event()
+        self.go = anyio.Event()
+
+    async def deliver(self, request: Request) -> Any:
+        self.sending.set()
+        await self.go.wait()
+        return await super().deliver(request)
+
+
+async def test_a_digest_on_its_way_as_the_notification_is_reported_is_reported_as_the_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window closes while notify_user reports: its row is being sent with the digest (``sending``),
+    which is where the result says it went, not a failure."""
+    clock = Clock(monkeypatch)
+    async with channel_broker(tmp_path, Slow, desk) as broker:
+        channel = broker.channels["phone"]
+        assert isinstance(channel, Slow)
+        send_now = broker.outbox.send_now
+
+        async def and_the_window_closes(ids: list[int]) -> Any:
+            rows = await send_now(ids)
+            clock.at = clock.closes  # the outbox takes the digest, whose send waits
+            broker.outbox.kick()
+            with anyio.fail_after(5):
+                await channel.sending.wait()
+            return rows
+
+        monkeypatch.setattr(broker.outbox, "send_now", and_the_window_closes)
+        note = await broker.notify(info("Nightly backup done"))
+        channel.go.set()
+        assert (note.delivered, note.failed) == (["desk"], [])
+        assert note.digest == [{"channel": "phone", "at": iso(clock.closes)}]
 
 
 async def test_warnings_go_at_once_and_info_at_once_where_there_is_no_digest(

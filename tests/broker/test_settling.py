@@ -384,6 +384,61 @@ async def test_a_reply_that_does_not_fit_is_refused_and_changes_nothing(
     assert await broker.store.replies(request.id) == []
 
 
+#: a passkey assertion the inbox checked, as ``web/stepup.py`` leaves it on the reply
+PROOF = {
+    "type": "webauthn.get",
+    "request_id": "r1",
+    "payload_sha256": "abc",
+    "decision": "approve",
+    "person": "alice",
+}
+
+
+def step_up(**fields: Any) -> Request:
+    return Request(id="r1", kind=Kind.APPROVAL, text="Deploy v2", created_at=now(), step_up=True, **fields)
+
+
+@pytest.mark.parametrize(
+    "request_fields, reply_fields",
+    [
+        ({"payload_sha256": "abc"}, {"proof": {**PROOF, "type": "webauthn.create"}}),
+        ({"payload_sha256": "abc"}, {"proof": {**PROOF, "request_id": "r2"}}),
+        ({"payload_sha256": "abc"}, {"proof": {**PROOF, "payload_sha256": "def"}}),
+        ({"payload_sha256": "abc"}, {"proof": {**PROOF, "decision": "deny"}}),
+        ({"payload_sha256": "abc"}, {"proof": {**PROOF, "person": "bob"}}),
+        (
+            {"payload_sha256": "abc"},
+            {"proof": {k: v for k, v in PROOF.items() if k != "person"}, "identity": None},
+        ),
+        ({"payload_sha256": "abc"}, {"proof": None}),
+        ({}, {"proof": PROOF}),  # no payload: the proof must say so ("")
+    ],
+)
+def test_a_step_up_approval_counts_only_with_a_passkey_proof_of_exactly_it(
+    request_fields: dict[str, Any], reply_fields: dict[str, Any]
+) -> None:
+    fields = {"identity": "alice", "decision": "approve", **reply_fields}
+    with pytest.raises(
+        ReplyInvalid, match=r"^this approval counts only with a passkey: approve it in the inbox"
+    ):
+        broker_module.check_reply(step_up(**request_fields), by(**fields))
+
+
+def test_a_step_up_approval_with_its_proof_counts_and_a_denial_needs_none() -> None:
+    proved = by(identity="alice", decision="approve", proof=PROOF, comment=" ok ")
+    assert broker_module.check_reply(step_up(payload_sha256="abc"), proved) == {
+        "approved": True,
+        "comment": "ok",
+    }
+    without_payload = by(identity="alice", decision="approve", proof={**PROOF, "payload_sha256": ""})
+    assert broker_module.check_reply(step_up(), without_payload) == {"approved": True, "comment": None}
+    denied = by(decision="deny")
+    assert broker_module.check_reply(step_up(payload_sha256="abc"), denied) == {
+        "approved": False,
+        "comment": None,
+    }
+
+
 async def test_a_notification_takes_no_reply(broker: Broker) -> None:
     note, _ = await broker.ask(AskSpec(kind=Kind.NOTIFICATION, text="Build finished", owner=OWNER))
     verdict = await broker.resolve(note.id, by(text="thanks"))

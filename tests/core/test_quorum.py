@@ -92,6 +92,21 @@ async def test_two_of_three_a_denial_vetoes(tmp_path: Path) -> None:
         assert trail.count("voted") == 1 and trail.count("answered") == 1
 
 
+async def test_a_counted_vote_is_heard_in_this_process_at_once(tmp_path: Path) -> None:
+    """A vote that does not settle the request still wakes this process's listeners (the inbox's live
+    pages) as it is counted, under the request's id: not only at the change feed's next look."""
+    async with channel_broker(tmp_path, push, mail) as broker:
+        use_people(broker)
+        request = await approval(broker)
+        heard: list[tuple[str, str]] = []
+        broker.listen(lambda request_id, event: heard.append((request_id, event)), unattached=True)
+        vote = Reply(channel="push", responder="Lead", identity="LEAD", decision="approve")
+        settled = await broker.resolve(request.id, vote)
+        assert settled.counted and settled.request.status == Status.PENDING
+        assert (request.id, "voted") in heard
+        assert [event for request_id, event in heard if request_id != request.id] == []
+
+
 async def test_two_of_three_approve_and_the_result_lists_the_votes(tmp_path: Path) -> None:
     async with channel_broker(tmp_path, push, mail) as broker:
         phone, inbox = use_people(broker)
