@@ -28,6 +28,16 @@ pytest_plugins = [
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789"
+#: the tools every hitl-mcp server lists (scripts/stdio_tools_list.py keeps its own copy: it runs
+#: with only the wheel installed)
+TOOLS = {
+    "ask_user",
+    "request_approval",
+    "notify_user",
+    "wait_for_response",
+    "cancel_request",
+    "report_outcome",
+}
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from hitl_mcp.config import ConfigError, parse_config, resolve_http_port
 from tests.conftest import (
     PYTHON,
     ROOT,
+    TOOLS,
     free_port,
     running,
     serve_args,
@@ -53,14 +54,6 @@ STDIO_EXAMPLES = [p for p in EXAMPLES if ".http." not in p.name]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 CLONE = "/path/to/hitl-mcp"  # the examples' stand-in for the clone's absolute path
 NO: dict[str, str] = {}  # an empty transport
-TOOLS = {
-    "ask_user",
-    "request_approval",
-    "notify_user",
-    "wait_for_response",
-    "cancel_request",
-    "report_outcome",
-}
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docs]

@@ -18,20 +18,12 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import PYTHON, ROOT, TOKEN, free_port, server_env, write_config
+from tests.conftest import PYTHON, ROOT, TOKEN, TOOLS, free_port, server_env, write_config
 
 pytestmark = pytest.mark.anyio
 
 TS = ROOT / "tests" / "ts"
 INSPECTOR = TS / "node_modules" / ".bin" / "mcp-inspector"
-TOOLS = {
-    "ask_user",
-    "request_approval",
-    "notify_user",
-    "wait_for_response",
-    "cancel_request",
-    "report_outcome",
-}
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ import pytest
 from mcp import Client, MCPError
 
 from hitl_mcp.core.models import Status
-from tests.conftest import api_client, running, sc
+from tests.conftest import TOOLS, api_client, running, sc
 
 pytestmark = pytest.mark.anyio
 
@@ -239,14 +239,7 @@ async def test_bad_arguments_name_the_argument(
 async def test_tools_list_has_described_inputs_and_outcome_schema(state_dir: Path) -> None:
     async with running(state_dir) as rt, Client(rt.build_mcp(), mode="legacy") as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        assert set(tools) == {
-            "ask_user",
-            "request_approval",
-            "notify_user",
-            "wait_for_response",
-            "cancel_request",
-            "report_outcome",
-        }
+        assert set(tools) == TOOLS
         for tool in tools.values():
             assert tool.description
             for name, prop in tool.input_schema["properties"].items():

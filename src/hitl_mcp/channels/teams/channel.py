@@ -49,7 +49,7 @@ class TeamsChannel(TeamsInbound):
     async def check(self) -> str:
         if not self.config.bot:
             return "ok: notify-only through a Workflows webhook (not called by check: it would post a card)"
-        load_sdk()
+        await anyio.to_thread.run_sync(load_sdk)  # seconds of imports, off the event loop
         await self.connector.token()
         conversation = self.config.conversation_id
         members = await calling(

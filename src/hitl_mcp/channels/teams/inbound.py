@@ -17,8 +17,8 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from hitl_mcp.channels.base import Answered, ChannelConfig, Hub, Late, Unknown, allowed
 from hitl_mcp.channels.base import Channel as BaseChannel
-from hitl_mcp.channels.base import ChannelConfig, Hub, Unknown, allowed
 from hitl_mcp.channels.fitting import approve_here, shown
 from hitl_mcp.channels.teams.api import Connector, cloud_of
 from hitl_mcp.channels.teams.config import MAX_BODY, Config, log
@@ -55,11 +55,8 @@ class TeamsInbound(BaseChannel):
         super().__init__(name, config, hub)
         self.connector = Connector(self.config)
         self._validator: Any = None
-
-    @property
-    def tokens(self) -> ActionTokens:
         secret = self.config.app_password.get_secret_value() if self.config.app_password else ""
-        return ActionTokens(derive_key(secret, "hitl-mcp teams actions"))
+        self.tokens = ActionTokens(derive_key(secret, "hitl-mcp teams actions"))
 
     def inbox_of(self, request: Request) -> str | None:
         return f"{self.public_url.rstrip('/')}/requests/{request.id}" if self.public_url else None
@@ -158,8 +155,9 @@ class TeamsInbound(BaseChannel):
         outcome = await self.answer(
             request_id, Reply(channel=self.name, responder=who, identity=user_id, **fields)
         )
-        settled = await self.hub.get(request_id)
-        if settled is not None and not settled.is_open and settled.kind != Kind.NOTIFICATION:
+        # settled (by this press, or before it): the card that replaces the pressed one says how
+        settled = outcome.request if isinstance(outcome, Answered | Late) else None
+        if settled is not None and not settled.is_open:
             return _card(self.card_of(settled, outcome=outcome_line(settled, self.name)))
         return said(outcome.words)
 
