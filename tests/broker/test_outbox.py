@@ -398,23 +398,18 @@ async def test_the_loop_outlives_a_store_it_cannot_write_and_says_so(
     )
 
 
-async def test_an_attempt_the_store_cannot_record_is_retried_after_the_lease(
-    store: SqliteStore, monkeypatch: pytest.MonkeyPatch, quick_outbox: None
-) -> None:
-    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_MS", 100)
+async def unrecorded(store: SqliteStore, outbox: Outbox, channel: Scripted) -> Heard:
+    """Run ``outbox`` until ``channel`` has sent, then hold the database's write lock (another process,
+    past the busy timeout) while the send returns: the outbox's "not recorded" warning, once heard."""
     heard = Heard("not recorded")
     logging.getLogger("hitl_mcp.broker.outbox").addHandler(heard)
-    slack = Scripted("slack")
-    slack.release = anyio.Event()
-    outbox = Outbox(store, {"slack": slack})
-    request = await asked(store, "slack")
     other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(outbox.run)
-            await until(lambda: bool(slack.sent), slack.changes, seconds=5)
-            other.execute("BEGIN IMMEDIATE")  # another process holds the write lock past the busy timeout
-            slack.release.set()
+            await until(lambda: bool(channel.sent), channel.changes, seconds=5)
+            other.execute("BEGIN IMMEDIATE")
+            channel.release.set()
             with anyio.fail_after(5):
                 await heard.event.wait()
             other.execute("ROLLBACK")
@@ -422,6 +417,18 @@ async def test_an_attempt_the_store_cannot_record_is_retried_after_the_lease(
     finally:
         other.close()
         logging.getLogger("hitl_mcp.broker.outbox").removeHandler(heard)
+    return heard
+
+
+async def test_an_attempt_the_store_cannot_record_is_retried_after_the_lease(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch, quick_outbox: None
+) -> None:
+    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_MS", 100)
+    slack = Scripted("slack")
+    slack.release = anyio.Event()
+    outbox = Outbox(store, {"slack": slack})
+    request = await asked(store, "slack")
+    heard = await unrecorded(store, outbox, slack)
     (line,) = heard.lines
     assert line.startswith("hitl-mcp: deliver to slack not recorded (StoreError: the server cannot record")
     assert line.endswith("); retried after the lease")
@@ -705,26 +712,11 @@ async def test_a_digest_the_store_cannot_record_is_retried_after_the_lease(
     store: SqliteStore, monkeypatch: pytest.MonkeyPatch, quick_outbox: None
 ) -> None:
     monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_MS", 100)
-    heard = Heard("not recorded")
-    logging.getLogger("hitl_mcp.broker.outbox").addHandler(heard)
     phone = Scripted("phone", digest=WINDOW)
     phone.release = anyio.Event()
     outbox = Outbox(store, {"phone": phone})
     notes = [await noted(store, "phone") for _ in range(2)]
-    other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(outbox.run)
-            await until(lambda: bool(phone.sent), phone.changes, seconds=5)
-            other.execute("BEGIN IMMEDIATE")  # another process holds the write lock past the busy timeout
-            phone.release.set()
-            with anyio.fail_after(5):
-                await heard.event.wait()
-            other.execute("ROLLBACK")
-            tg.cancel_scope.cancel()
-    finally:
-        other.close()
-        logging.getLogger("hitl_mcp.broker.outbox").removeHandler(heard)
+    heard = await unrecorded(store, outbox, phone)
     [digest] = phone.sent
     assert digest.title == "digest: 2 notifications"
     (line,) = heard.lines
