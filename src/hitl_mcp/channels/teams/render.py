@@ -66,7 +66,7 @@ def card(
     outcome: str | None = None,
     preview: Shown | None = None,
 ) -> dict[str, Any]:
-    """The request's card. ``tokens`` None: no buttons (a Workflows card, or a settled one);
+    """The request's card. ``tokens`` None: no buttons (a Workflows card: notifications only);
     ``outcome``: the settled card, which says what became of the request."""
     body = [_text(_header(request), weight="Bolder", size="Medium")]
     body += _content(request, preview)
@@ -84,9 +84,7 @@ def card(
             )
         if hint:
             body.append(_text(hint))
-    elif request.kind != Kind.NOTIFICATION:
-        body.append(_text("Answer it in the hitl-mcp inbox."))
-    if inbox and (outcome is None or request.kind != Kind.NOTIFICATION):
+    if inbox:
         title = INBOX_ACTION if request.kind == Kind.APPROVAL and not approve else "Open in the inbox"
         actions.append({"type": "Action.OpenUrl", "title": title, "url": inbox})
     content: dict[str, Any] = {
