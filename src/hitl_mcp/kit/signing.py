@@ -66,6 +66,10 @@ class Signer:
     def sign(self, payload: str) -> str:
         return b64url(self.mac(payload)[:16])
 
+    def signed(self, payload: str, sig: str) -> bool:
+        """Whether ``sig`` is :meth:`sign`'s signature of ``payload`` (compared in constant time)."""
+        return hmac.compare_digest(self.sign(payload).encode(), sig.encode())
+
     def issue(self, *fields: str) -> str:
         """``field.field....nonce.signature``; fields must not contain dots (encode them with
         ``b64url`` first when they may)."""

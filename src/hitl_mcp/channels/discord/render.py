@@ -4,7 +4,6 @@ to Discord."""
 
 from __future__ import annotations
 
-import hmac
 import json
 import re
 from typing import Any
@@ -56,8 +55,7 @@ class ButtonTokens:
         if match is None or not _ACTION.fullmatch(match.group(2)):
             return None
         request_id, action, sig = match.groups()
-        expected = self._signer.sign(f"{request_id}.{action}")
-        if not hmac.compare_digest(expected.encode(), sig.encode()):
+        if not self._signer.signed(f"{request_id}.{action}", sig):
             return None
         return request_id, action
 
