@@ -172,6 +172,7 @@ NOT_AT_START = (
     "slack_sdk",
     "twilio",
     "rich",
+    "uvloop",  # HTTP only: over stdio, asyncio's own loop
 )
 #: pydantic models the start must not build (their validators are built at first use)
 NOT_BUILT_AT_START = (

@@ -218,7 +218,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     try:
-        anyio.run(serve, config, state_dir, args.transport, host, port, backend_options=loop_options())
+        # uvloop for HTTP, where many calls are served at once; over stdio (one host, an inbox for one
+        # person) asyncio's own loop does, and the start does not import uvloop (bench/cold_start.py)
+        options = loop_options() if args.transport != "stdio" else {}
+        anyio.run(serve, config, state_dir, args.transport, host, port, backend_options=options)
     except ConfigRefused as exc:
         print(f"hitl-mcp: {exc}", file=sys.stderr)
         return 2
