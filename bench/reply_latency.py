@@ -3,7 +3,8 @@
 With N ``ask_user`` calls held open over streamable HTTP (by a few MCP sessions), reply to K of
 them one at a time through ``POST /api/requests/{id}/reply`` and time each from just before the
 POST to the moment the client receives that call's result. A fresh server subprocess per N.
-Setup, not measured: one warm-up ask per session, then waiting until all N are listed as pending
+Setup, not measured: one warm-up ask per session, the calls opened in waves of 1,000 (each once
+the one before is listed as pending), then waiting until all N are listed as pending
 and the outbox has finished their deliveries (a burst of N asks leaves it N deliveries behind).
 
     .venv/bin/python bench/reply_latency.py [--pending 1 100 1000 10000] [--samples K]
@@ -38,6 +39,7 @@ CLIENT_INFO = mcp.types.Implementation(name=HOST, version="1")
 WAIT_SECONDS = 3000  # below the host budget below, so no call returns "pending" during a run
 MAX_SESSIONS = 20
 POLL_SECONDS = 0.2
+WAVE = 1000
 
 
 @dataclass
@@ -61,7 +63,9 @@ async def hold(client: Client, call: Call) -> None:
     call.done.set()
 
 
-async def session(url: str, http: httpx2.AsyncClient, index: int, calls: list[Call]) -> None:
+async def session(
+    url: str, http: httpx2.AsyncClient, index: int, waves: list[tuple[anyio.Event, list[Call]]]
+) -> None:
     # each held call is a connection of its own: no pool limit (httpx2's is 100)
     unlimited = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
     async with Client(mcp_transport(url, limits=unlimited), mode="legacy", client_info=CLIENT_INFO) as client:
@@ -74,8 +78,10 @@ async def session(url: str, http: httpx2.AsyncClient, index: int, calls: list[Ca
         )
         reply.raise_for_status()
         async with anyio.create_task_group() as tg:
-            for call in calls:
-                tg.start_soon(hold, client, call)
+            for go, calls in waves:  # a wave's calls once the one before is held (setup)
+                await go.wait()
+                for call in calls:
+                    tg.start_soon(hold, client, call)
 
 
 def nearest_rank(ordered: list[float], p: float) -> float:
@@ -95,9 +101,17 @@ async def run(pending: int, samples: int) -> dict[str, Any]:
                 httpx2.AsyncClient(base_url=base, headers=headers, timeout=60) as http,
                 anyio.create_task_group() as tg,
             ):
+                # the calls open in waves of WAVE: 10,000 connections opened at once overflow any
+                # listen backlog (the kernel caps it at net.core.somaxconn, 4096), and the setup is
+                # not what is measured
+                waves = [(anyio.Event(), calls[i : i + WAVE]) for i in range(0, pending, WAVE)]
                 for s in range(sessions):
-                    tg.start_soon(session, f"{base}/mcp", http, s, calls[s::sessions])
-                ids = await wait_pending(http, {call.question for call in calls})
+                    mine = [(go, wave[s::sessions]) for go, wave in waves]
+                    tg.start_soon(session, f"{base}/mcp", http, s, mine)
+                ids: dict[str, str] = {}
+                for go, wave in waves:
+                    go.set()
+                    ids.update(await wait_pending(http, {call.question for call in wave}))
                 listed = time.perf_counter() - started
                 await wait_delivered(http, list(ids.values()))
                 setup = time.perf_counter() - started

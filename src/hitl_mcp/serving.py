@@ -54,6 +54,12 @@ def port_taken(host: str, port: int) -> str:
     )
 
 
+#: connections the kernel queues before they are accepted: thousands of held calls opened in a burst
+#: (a fleet of agents reconnecting after a restart) must not overflow it. Linux caps it at
+#: net.core.somaxconn (4096 by default since 5.4); uvicorn's own default is 2048.
+BACKLOG = 65535
+
+
 def bind(host: str, port: int) -> socket.socket | None:
     """A listening socket, or None when the port is taken (another instance has it)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -67,7 +73,7 @@ def bind(host: str, port: int) -> socket.socket | None:
         if exc.errno == errno.EADDRINUSE:
             return None
         raise
-    sock.listen(2048)
+    sock.listen(BACKLOG)
     sock.set_inheritable(True)
     return sock
 

@@ -9,12 +9,15 @@ are the SDK's own, over streamable HTTP with a session, as hosts hold calls toda
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
 import pytest
 from mcp import Client
+from starlette.types import Message
 
 from hitl_mcp.core.models import Reply, Request
 from hitl_mcp.mcp import lean_sse
@@ -121,3 +124,81 @@ async def test_a_held_stream_is_pinged_at_its_interval(
                                 if pings == 3:
                                     break
         assert pings == 3
+
+
+async def _nothing() -> AsyncIterator[str]:
+    return
+    yield ""
+
+
+def _stream() -> lean_sse.LeanEventSourceResponse:
+    return lean_sse.LeanEventSourceResponse(_nothing())
+
+
+async def test_a_client_that_reads_nothing_does_not_hold_up_the_others_pings() -> None:
+    """A stream whose send never returns (a client that stopped reading) misses its ping; the
+    streams after it get theirs at the interval, and the stuck one is left as it was."""
+    beat = lean_sse.Heartbeat(0.05)
+    stuck, healthy = _stream(), _stream()
+    tried = anyio.Event()
+    pinged: list[bytes] = []
+    enough = anyio.Event()
+
+    async def never_returns(message: Message) -> None:
+        tried.set()
+        await anyio.sleep_forever()
+
+    async def records(message: Message) -> None:
+        pinged.append(message["body"])
+        if len(pinged) == 3:
+            enough.set()
+
+    stuck_scope, healthy_scope = anyio.CancelScope(), anyio.CancelScope()
+    beat.add(stuck, never_returns, stuck_scope)  # first in turn: each beat meets it before the other
+    beat.add(healthy, records, healthy_scope)
+    try:
+        with anyio.fail_after(10):
+            await tried.wait()
+            await enough.wait()
+    finally:
+        beat.remove(stuck)
+        beat.remove(healthy)
+    assert all(body.startswith(b": ping") for body in pinged)
+    assert not stuck_scope.cancel_called and not healthy_scope.cancel_called
+    assert not stuck._send_interrupted  # its closing frame is still sent when it ends
+
+
+async def test_the_heartbeat_makes_no_task_per_ping() -> None:
+    """Tasks made per ping, at 10,000 streams, lived long enough to reach the collector's oldest
+    generation and set off full collections (seconds each): the pings go out from the heartbeat's
+    own task."""
+    loop = asyncio.get_running_loop()
+    made: list[str] = []
+    factory = loop.get_task_factory()
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        made.append(getattr(coro, "__qualname__", repr(coro)))
+        return factory(loop, coro, **kwargs) if factory else asyncio.Task(coro, loop=loop, **kwargs)
+
+    beat = lean_sse.Heartbeat(0.02)
+    streams = [_stream() for _ in range(20)]
+    pings = 0
+    done = anyio.Event()
+
+    async def records(message: Message) -> None:
+        nonlocal pings
+        pings += 1
+        if pings == 60:
+            done.set()
+
+    loop.set_task_factory(counting)
+    try:
+        for stream in streams:
+            beat.add(stream, records, anyio.CancelScope())
+        with anyio.fail_after(10):
+            await done.wait()
+    finally:
+        loop.set_task_factory(factory)
+        for stream in streams:
+            beat.remove(stream)
+    assert made == ["Heartbeat._beat"]  # the heartbeat's one timer, and nothing per ping

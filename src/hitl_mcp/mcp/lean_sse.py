@@ -8,8 +8,12 @@ shutdown (each an asyncio task, anyio's task state, handle, cancel scope and eve
 and 11,000 timers waking 730 times a second. Here:
 
 - **one heartbeat for every stream** (``Heartbeat``): a single timer per event loop that, every
-  ping interval, sends each idle stream its ping from a short task of its own (so a stalled client
-  holds up only its own ping), instead of a sleeping task per stream;
+  ping interval, sends each stream its ping in turn, instead of a sleeping task per stream. A
+  stream gets at most ``PING_WAIT`` (a client that reads nothing, or a send in progress, misses
+  its ping rather than holding up the others'). No task is made per ping: at 10,000 streams, a
+  task per ping meant 10,000 tasks alive at once every interval, long enough for the collector to
+  move them to its oldest generation, which set off a full collection every few intervals (3 to
+  5 s each with 10,000 calls held: a pause of the whole server);
 - **no exit-signal task**: the stream registers with sse_starlette's own shutdown watcher (one per
   event loop, already there) an object whose ``set()`` cancels the stream, instead of a task
   waiting on an event.
@@ -43,6 +47,9 @@ __all__ = ["Heartbeat", "LeanEventSourceResponse", "install"]
 
 log = logging.getLogger("hitl_mcp.mcp")
 
+#: the longest the heartbeat waits to write one stream's ping (its send lock, then the socket)
+PING_WAIT = 0.05
+
 
 class Heartbeat:
     """One timer for all the streams of an event loop: every ``interval`` seconds, each stream
@@ -52,7 +59,6 @@ class Heartbeat:
         self.interval = interval
         self.streams: dict[LeanEventSourceResponse, tuple[Send, anyio.CancelScope]] = {}
         self._timer: asyncio.Task[None] | None = None
-        self._pings: set[asyncio.Task[None]] = set()
 
     def add(self, stream: LeanEventSourceResponse, send: Send, scope: anyio.CancelScope) -> None:
         self.streams[stream] = (send, scope)
@@ -65,12 +71,10 @@ class Heartbeat:
     async def _beat(self) -> None:
         while self.streams:
             await asyncio.sleep(self.interval)
-            loop = asyncio.get_running_loop()
             for stream, (send, scope) in list(self.streams.items()):
-                if stream.active:
-                    ping = loop.create_task(stream.ping_once(send, scope), name="sse ping")
-                    self._pings.add(ping)
-                    ping.add_done_callback(self._pings.discard)
+                if stream.active and stream in self.streams:  # not ended while others were pinged
+                    with anyio.move_on_after(PING_WAIT):
+                        await stream.ping_once(send, scope)
 
 
 _heartbeats: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, Heartbeat]] = (
@@ -102,16 +106,17 @@ class _Cancel:
 class LeanEventSourceResponse(sse.EventSourceResponse):
     async def ping_once(self, send: Send, scope: anyio.CancelScope) -> None:
         """One ping (``EventSourceResponse._ping``'s body); a failed send ends the stream, as it does
-        there."""
+        there. The heartbeat may cancel it while it waits (for the lock, or for a client that is
+        not reading): uvicorn writes nothing until the socket can take it, so a cancelled ping
+        leaves the stream as it was, and ``send`` is called bare (``_send_with_timeout`` would mark
+        the stream interrupted, and its closing frame would never be sent)."""
         factory = self.ping_message_factory
         ping = factory() if factory else ServerSentEvent(comment=f"ping - {datetime.now(UTC)}", sep=self.sep)
         data = ensure_bytes(ping, self.sep)
         try:
             async with self._send_lock:
                 if self.active:
-                    await self._send_with_timeout(
-                        send, {"type": "http.response.body", "body": data, "more_body": True}
-                    )
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
         except Exception as exc:
             log.debug("sse ping failed: %s", exc)
             scope.cancel()
