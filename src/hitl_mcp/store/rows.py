@@ -31,6 +31,8 @@ class Row(Protocol):
 
     def __getitem__(self, column: str, /) -> Any: ...
 
+    def keys(self) -> Any: ...
+
 
 #: a request's fields kept together in its ``body`` column (JSON), not in columns of their own
 BODY_FIELDS = (
@@ -162,4 +164,5 @@ def votes_json(votes: Sequence[Vote]) -> str:
 
 
 def audit_row(row: Row) -> AuditRow:
-    return _from_row(AuditRow, row, data=json.loads(row["data"]))
+    chain = row["chain"] if "chain" in row.keys() else 0  # SQLite's log has one chain, no column
+    return _from_row(AuditRow, row, data=json.loads(row["data"]), chain=chain)
