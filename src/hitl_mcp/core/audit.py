@@ -48,6 +48,9 @@ class AuditRow:
     prev_hash: str
     hash: str
     chain: int = 0
+    written_at: float | None = None
+    """When the database wrote it, by the database's one clock (PostgreSQL's chains; not hashed): it
+    orders the rows of one request across chains (``in_order``)."""
 
 
 def label(chain: int, seq: int) -> str:
@@ -106,10 +109,16 @@ def verify(rows: Iterable[AuditRow]) -> Verdict:
 
 def in_order(rows: Iterable[AuditRow]) -> list[AuditRow]:
     """One order across chains, for replaying: each chain in its own (seq) order, the chains
-    interleaved by time. With one chain, that is seq order."""
+    interleaved by the time the database wrote each row (``written_at``; else ``at``). With one
+    chain, that is seq order. Every write to a request's row locks it before it appends, so two rows
+    about one request are written, on any chains, in the order their transactions committed."""
     chains: dict[int, list[AuditRow]] = {}
     for row in rows:
         chains.setdefault(row.chain, []).append(row)
     if len(chains) <= 1:
         return next(iter(chains.values()), [])
-    return list(heapq.merge(*chains.values(), key=lambda r: (r.at, r.chain)))
+    return list(heapq.merge(*chains.values(), key=_written))
+
+
+def _written(row: AuditRow) -> tuple[float, int]:
+    return (row.at if row.written_at is None else row.written_at), row.chain

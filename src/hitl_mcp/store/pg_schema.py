@@ -250,9 +250,13 @@ MIGRATIONS: list[str] = [
     """,
     # 16: an audit chain per process (store/pg_chain.py): every row written so far is chain 0, a row
     # is named by (chain, seq), and the chains ever claimed are listed (the change feed reads each
-    # one's new rows by its key). PostgreSQL only: SQLite's log stays one chain, with no column
+    # one's new rows by its key); each new row's time by the database's clock as it was written
+    # (``written_at``, not hashed), which orders the replay of one request's rows across chains.
+    # PostgreSQL only: SQLite's log stays one chain, with neither column
     """
     ALTER TABLE audit ADD COLUMN chain INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE audit ADD COLUMN written_at DOUBLE PRECISION;
+    ALTER TABLE audit ALTER COLUMN written_at SET DEFAULT extract(epoch FROM clock_timestamp());
     ALTER TABLE audit DROP CONSTRAINT audit_pkey;
     ALTER TABLE audit ADD PRIMARY KEY (chain, seq);
     CREATE TABLE audit_chains (

@@ -1053,7 +1053,9 @@ class PostgresStore:
 
     async def _queue_sends(self, tx: _Tx, step: StepRow, at: float) -> builtins.list[str]:
         """A notify step: the request on the step's channels it has not been sent on yet."""
-        body = json.loads(await tx.conn.fetchval("SELECT body FROM requests WHERE id = $1", step.request_id))
+        # locked: replicas no longer append one at a time, and two steps may add channels at once
+        body_sql = "SELECT body FROM requests WHERE id = $1 FOR UPDATE"
+        body = json.loads(await tx.conn.fetchval(body_sql, step.request_id))
         new = [c for c in step.channels if c not in body["channels"]]
         for channel in new:
             await tx.conn.execute(
@@ -1333,7 +1335,8 @@ class PostgresStore:
         at = now()
 
         async def work(tx: _Tx) -> tuple[Request, ReceiptRow | None] | None:
-            row = await tx.conn.fetchrow("SELECT * FROM requests WHERE id = $1", request_id)
+            # locked: two replicas reporting at once find the first report, one after the other
+            row = await tx.conn.fetchrow("SELECT * FROM requests WHERE id = $1 FOR UPDATE", request_id)
             if row is None:
                 return None
             request = _request(row)

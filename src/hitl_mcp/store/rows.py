@@ -164,5 +164,6 @@ def votes_json(votes: Sequence[Vote]) -> str:
 
 
 def audit_row(row: Row) -> AuditRow:
-    chain = row["chain"] if "chain" in row.keys() else 0  # SQLite's log has one chain, no column
-    return _from_row(AuditRow, row, data=json.loads(row["data"]), chain=chain)
+    if "chain" not in row.keys():  # SQLite's log: one chain, no columns for it
+        return _from_row(AuditRow, row, data=json.loads(row["data"]), chain=0, written_at=None)
+    return _from_row(AuditRow, row, data=json.loads(row["data"]))
