@@ -252,6 +252,21 @@ async def test_audit_verify_passes_on_two_chains_written_at_once(
     assert f"anchored up to row 1:{head}, 2:{head} (6 anchors in {anchored})" in out
 
 
+async def test_audit_verify_says_which_chain_has_no_anchor_in_the_file_given(
+    postgres_url: str, anchored: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = (await anyio.Path(anchored).read_text()).splitlines(keepends=True)
+    only_one = tmp_path / "replica-1.anchor"  # one replica's anchors only: chain 2's are elsewhere
+    await anyio.Path(only_one).write_text("".join(line for line in lines if line.split()[1].startswith("1:")))
+    code, _, err = await verified(postgres_url, only_one, capsys)
+    assert code == 1
+    assert err.splitlines() == [
+        f"audit chain 2 NOT ANCHORED: 3 requests settled on it but {only_one} holds no anchor of it (each "
+        "replica anchors its own chain: collect every replica's anchors), so dropped or rewritten rows of "
+        "it cannot be detected"
+    ]
+
+
 async def test_audit_verify_names_the_chain_and_row_dropped_from_its_middle(
     postgres_url: str, anchored: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

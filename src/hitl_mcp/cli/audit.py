@@ -5,9 +5,10 @@ several chains (one per PostgreSQL process, core/audit.py): each is checked, wit
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 
-from hitl_mcp.core.audit import SETTLING_EVENTS, label, verify
+from hitl_mcp.core.audit import SETTLING_EVENTS, AuditRow, label, verify
 from hitl_mcp.core.audit_replay import check_requests
 from hitl_mcp.core.models import Request, iso
 from hitl_mcp.core.store import History
@@ -44,6 +45,8 @@ async def audit_verify(history: History, anchor_file: Path) -> int:
             "(removed, or the database predates anchors: the next settle starts them), so dropped or "
             "rewritten rows cannot be detected"
         )
+    if anchors:
+        problems += _unanchored_chains(rows, {a.chain for a in anchors}, anchor_file)
     for problem in problems:
         print(visible(problem, newlines=False), file=sys.stderr)
     if problems:
@@ -60,6 +63,19 @@ async def audit_verify(history: History, anchor_file: Path) -> int:
         + (f", anchored up to row {heads} ({len(anchors)} anchors in {anchor_file})" if anchors else "")
     )
     return 0
+
+
+def _unanchored_chains(rows: list[AuditRow], anchored: set[int], anchor_file: Path) -> list[str]:
+    """A replica's chain (k > 0) that settled requests but has no anchor here: its anchors are in
+    another replica's file (chain 0 may predate anchors: the check for no anchors at all covers it)."""
+    settles = Counter(row.chain for row in rows if row.chain and row.event in SETTLING_EVENTS)
+    return [
+        f"audit chain {chain} NOT ANCHORED: {n} requests settled on it but {anchor_file} holds no "
+        "anchor of it (each replica anchors its own chain: collect every replica's anchors), so "
+        "dropped or rewritten rows of it cannot be detected"
+        for chain, n in sorted(settles.items())
+        if chain not in anchored
+    ]
 
 
 async def audit_head(history: History, anchor_file: Path) -> int:
