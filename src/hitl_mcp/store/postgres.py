@@ -459,6 +459,8 @@ class PostgresStore:
         at: float | None = None,
     ) -> tuple[int, str]:
         """Append one row to this process's chain (the transaction holds its lock), and notify."""
+        if not tx.chain:  # chain 0 is the rows from before the chains: a ``_write(chain=False)``
+            raise AssertionError("an audit row appended outside a chain's transaction")
         row = await tx.conn.fetchrow(
             "SELECT seq, hash FROM audit WHERE chain = $1 ORDER BY seq DESC LIMIT 1", tx.chain
         )
