@@ -193,6 +193,40 @@ async def test_the_change_feed_misses_no_row_that_commits_on_one_chain_after_a_l
     assert await a.changes_since(advanced(cursor, second)) == []
 
 
+async def test_a_lock_order_deadlock_between_replicas_is_run_again_not_surfaced(
+    pair: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """With no lock shared to append, two replicas' transactions can lock rows in opposite orders:
+    PostgreSQL fails one (40P01) and the store's unit of work runs it again from the start."""
+    a, b = pair
+    for name in ("x", "y"):
+        await a.create(
+            Request(id=name, kind=Kind.QUESTION, text=name, channels=["web"], created_at=now()), None
+        )
+    runs: list[str] = []
+    locked = {"a": anyio.Event(), "b": anyio.Event()}
+
+    async def crossing(store: PostgresStore, name: str, first: str, second: str, other: str) -> None:
+        async def work(tx: Any) -> None:
+            runs.append(name)
+            await tx.conn.execute("SELECT 1 FROM requests WHERE id = $1 FOR UPDATE", first)
+            await store._append(tx, first, "crossed", name, {})
+            locked[name].set()
+            await locked[other].wait()
+            await tx.conn.execute("SELECT 1 FROM requests WHERE id = $1 FOR UPDATE", second)
+
+        await store._write(work)
+
+    with anyio.fail_after(30):  # PostgreSQL looks for deadlocks after deadlock_timeout (1 s)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(crossing, a, "a", "x", "y", "b")
+            tg.start_soon(crossing, b, "b", "y", "x", "a")
+    assert sorted(runs) in (["a", "a", "b"], ["a", "b", "b"])  # one of them ran twice
+    rows = await a.audit()
+    assert sorted((r.chain, r.actor) for r in rows if r.event == "crossed") == [(1, "a"), (2, "b")]
+    assert verify(rows).ok
+
+
 # --- audit verify over several chains ------------------------------------------------------------
 
 
