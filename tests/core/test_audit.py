@@ -236,3 +236,39 @@ def test_an_approval_s_payload_is_checked_against_its_hash_even_when_it_cannot_b
         assert check_requests([changed], rows) == [
             "request a1 does not match the audit log: its payload differs from row 1 ('created')"
         ]
+
+
+# --- several chains (a PostgreSQL process's own, issue #38) --------------------------------------
+
+
+def on_chain(number: int, rows: list[AuditRow]) -> list[AuditRow]:
+    """``rows``' content as chain ``number`` would hold it: hashed with its chain."""
+    moved: list[AuditRow] = []
+    prev = GENESIS
+    for row in rows:
+        digest = row_hash(prev, row.seq, row.at, row.request_id, row.event, row.actor, row.data, number)
+        moved.append(dataclasses.replace(row, chain=number, prev_hash=prev, hash=digest))
+        prev = digest
+    return moved
+
+
+def test_a_row_of_another_chain_hashes_its_chain_and_chain_0_hashes_as_before() -> None:
+    row = TRAIL[0]
+    fields = (row.prev_hash, row.seq, row.at, row.request_id, row.event, row.actor, row.data)
+    assert row_hash(*fields, 0) == row_hash(*fields) == row.hash
+    assert len({row_hash(*fields, 1), row_hash(*fields, 2), row.hash}) == 3
+
+
+def test_chains_verify_each_on_its_own_and_a_row_moved_to_another_chain_breaks_it() -> None:
+    two = on_chain(2, TRAIL)
+    verdict = verify([*TRAIL, *two])
+    assert (verdict.ok, verdict.rows) == (True, 8)
+    third = two[2]  # chain 2's row 3, but hashed as chain 0 hashes (as if moved from chain 0)
+    unbound = row_hash(third.prev_hash, 3, third.at, third.request_id, third.event, third.actor, third.data)
+    verdict = verify([*TRAIL, *two[:2], dataclasses.replace(third, hash=unbound)])
+    assert (verdict.ok, verdict.chain, verdict.bad_seq) == (False, 2, 3)
+    assert verdict.reason == "its content does not match its hash"
+    verdict = verify([*TRAIL, *two[:2], dataclasses.replace(TRAIL[2], chain=2)])  # chain 0's row 3 itself
+    assert (verdict.ok, verdict.chain, verdict.bad_seq) == (False, 2, 3)
+    verdict = verify([*TRAIL, two[0], *two[2:]])
+    assert (verdict.ok, verdict.chain, verdict.bad_seq, verdict.reason) == (False, 2, 3, "row 2:2 is missing")

@@ -31,7 +31,7 @@ from hitl_mcp.broker import broker as broker_module
 from hitl_mcp.broker import outbox as outbox_module
 from hitl_mcp.channels.testing import TestChannel
 from hitl_mcp.core import delegation
-from hitl_mcp.core.audit import AuditRow, verify
+from hitl_mcp.core.audit import AuditRow, label, verify
 from hitl_mcp.core.audit_replay import check_requests
 from hitl_mcp.core.delegation import Delegation
 from hitl_mcp.core.escalation import Policy
@@ -141,9 +141,10 @@ async def problems(store: Engine) -> list[str]:
     return check_requests(await store.all_requests(), rows)
 
 
-async def seq_of(store: Engine, request_id: str | None, event: str, nth: int = -1) -> int:
+async def seq_of(store: Engine, request_id: str | None, event: str, nth: int = -1) -> str:
+    """How ``audit verify`` names the row: its seq, with its chain on a PostgreSQL process's own."""
     rows: list[AuditRow] = [r for r in await store.audit(request_id) if r.event == event]
-    return rows[nth].seq
+    return label(rows[nth].chain, rows[nth].seq)
 
 
 async def sent_on(broker: Broker, name: str, request_id: str) -> None:
@@ -449,9 +450,9 @@ escalation:
     ]
 
 
-async def drop_channel(state_dir: Path, url: str | None, request_id: str, name: str) -> int:
-    """Rewrite the request's channels without ``name``, as someone with the database could; the seq
-    of its ``step_sent`` row."""
+async def drop_channel(state_dir: Path, url: str | None, request_id: str, name: str) -> str:
+    """Rewrite the request's channels without ``name``, as someone with the database could; its
+    ``step_sent`` row as ``audit verify`` names it (with its chain on PostgreSQL)."""
     body_sql = "SELECT body FROM requests WHERE id = ?"
     step_sql = "SELECT seq FROM audit WHERE request_id = ? AND event = 'step_sent'"
     update_sql = "UPDATE requests SET body = ? WHERE id = ?"
@@ -461,7 +462,7 @@ async def drop_channel(state_dir: Path, url: str | None, request_id: str, name: 
             body = json.loads(conn.execute(body_sql, (request_id,)).fetchone()[0])
             body["channels"].remove(name)
             conn.execute(update_sql, (json.dumps(body), request_id))
-            return int(conn.execute(step_sql, (request_id,)).fetchone()[0])
+            return str(conn.execute(step_sql, (request_id,)).fetchone()[0])
         finally:
             conn.close()
     import asyncpg
@@ -473,7 +474,10 @@ async def drop_channel(state_dir: Path, url: str | None, request_id: str, name: 
         await pg.execute(
             update_sql.replace("= ?", "= $1", 1).replace("= ?", "= $2"), json.dumps(body), request_id
         )
-        return int(await pg.fetchval(step_sql.replace("?", "$1"), request_id))
+        row = await pg.fetchrow(
+            step_sql.replace("?", "$1").replace("SELECT seq", "SELECT chain, seq"), request_id
+        )
+        return label(row["chain"], row["seq"])
     finally:
         await pg.close()
 

@@ -121,7 +121,8 @@ async def test_each_settle_seals_one_receipt_chained_and_kept_on_the_request(ope
         assert claims(after)["previousReceiptHash"] == receipts.receipt_hash(before)  # type: ignore[arg-type]
     # the audit row it names is the one that settled it
     (row,) = [r for r in await store.audit(first.id) if r.event == "answered"]
-    assert claims(tokens[0])["extensions"]["hitl"]["audit"] == {"seq": row.seq, "hash": row.hash}  # type: ignore[index]
+    named = {"seq": row.seq, "hash": row.hash, **({"chain": row.chain} if row.chain else {})}
+    assert claims(tokens[0])["extensions"]["hitl"]["audit"] == named  # type: ignore[index]
     # kept: the request row, and the receipts table
     again = await store.get(first.id)
     assert again is not None and again.receipt == tokens[0]

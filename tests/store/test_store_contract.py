@@ -25,7 +25,7 @@ from hitl_mcp.core.audit import GENESIS, row_hash
 from hitl_mcp.core.audit_replay import check_requests
 from hitl_mcp.core.models import Kind, Reply, Request, Settled, Status, now, payload_sha256
 from hitl_mcp.core.quorum import Quorum
-from hitl_mcp.core.store import KeyConflict, Store
+from hitl_mcp.core.store import KeyConflict, Store, advanced
 from hitl_mcp.store.sqlite import SqliteStore
 from tests.support.postgres import Cluster
 from tests.support.settle import close_request, resolve, verify_audit
@@ -1121,22 +1121,25 @@ async def test_first_seen_is_true_once_per_channel_and_id(engine: Engine) -> Non
 
 async def test_the_change_feed_follows_the_audit_log(engine: Engine) -> None:
     store = engine.store
-    assert await store.last_seq() == 0
-    assert await store.changes_since(0) == []
+    assert set((await store.last_seq()).values()) <= {0}  # SQLite names its one chain, 0
+    assert await store.changes_since({}) == []
     request = ask()
     await store.create(request, None)
     await store.record(None, "login", "owner", {"from": "127.0.0.1"})
     await resolve(store, request.id, reply(text="ok"), {"answer": "ok"})
-    assert await store.last_seq() == 3
-    changes = await store.changes_since(0)
-    assert [(c.seq, c.request_id, c.event) for c in changes] == [
-        (1, request.id, "created"),
-        (2, None, "login"),
-        (3, request.id, "answered"),
+    changes = await store.changes_since({})
+    chain = changes[0].chain  # one writer: one chain (SQLite's 0, a PostgreSQL process's own)
+    assert (await store.last_seq())[chain] == 3
+    assert [(c.chain, c.seq, c.request_id, c.event) for c in changes] == [
+        (chain, 1, request.id, "created"),
+        (chain, 2, None, "login"),
+        (chain, 3, request.id, "answered"),
     ]
-    assert [c.seq for c in await store.changes_since(1)] == [2, 3]
-    assert [c.seq for c in await store.changes_since(0, limit=2)] == [1, 2]
-    assert await store.changes_since(3) == []
+    assert [c.seq for c in await store.changes_since({chain: 1})] == [2, 3]
+    assert [c.seq for c in await store.changes_since({}, limit=2)] == [1, 2]
+    assert await store.changes_since({chain: 3}) == []
+    assert await store.changes_since(await store.last_seq()) == []
+    assert advanced({}, changes) == {chain: 3}
 
 
 async def test_audit_rows_chain_each_to_the_one_before(engine: Engine) -> None:
@@ -1153,7 +1156,7 @@ async def test_audit_rows_chain_each_to_the_one_before(engine: Engine) -> None:
         assert row.prev_hash == before.hash
     for row in rows:
         assert row.hash == row_hash(
-            row.prev_hash, row.seq, row.at, row.request_id, row.event, row.actor, row.data
+            row.prev_hash, row.seq, row.at, row.request_id, row.event, row.actor, row.data, row.chain
         )
     assert (rows[1].request_id, rows[1].event, rows[1].actor, rows[1].data) == (
         request.id,
@@ -1182,7 +1185,7 @@ async def test_an_audit_row_rewritten_with_its_hash_recomputed_breaks_the_link_o
     await _three_rows(store)
     row = (await store.audit())[1]
     forged = {**row.data, "approved": True}
-    digest = row_hash(row.prev_hash, row.seq, row.at, row.request_id, row.event, row.actor, forged)
+    digest = row_hash(row.prev_hash, row.seq, row.at, row.request_id, row.event, row.actor, forged, row.chain)
     engine.rewrite_audit(2, {"data": canonical(forged), "hash": digest})
     verdict = await verify_audit(store)
     assert (verdict.ok, verdict.bad_seq) == (False, 3)
@@ -1415,19 +1418,26 @@ async def test_of_concurrent_resumes_from_one_read_exactly_one_pushes_the_deadli
     assert (await verify_audit(engine.store)).ok
 
 
-async def test_concurrent_appends_from_separate_processes_keep_one_chain(engine: Engine) -> None:
+async def test_concurrent_appends_from_separate_processes_never_fork_a_chain(engine: Engine) -> None:
+    """SQLite's processes share its one chain; PostgreSQL's each append to a chain of their own."""
+
     async def append(store: Store, i: int) -> None:
         for n in range(15):
             await store.record(None, "login", f"p{i}", {"n": n})
 
     race(engine, 4, append)
     rows = await engine.store.audit()
-    assert [r.seq for r in rows] == list(range(1, 61))  # no seq twice, none skipped
+    chains = sorted({r.chain for r in rows})
+    assert chains == ([0] if isinstance(engine.store, SqliteStore) else [1, 2, 3, 4])
+    for chain in chains:  # no seq twice, none skipped
+        in_chain = [r.seq for r in rows if r.chain == chain]
+        assert in_chain == list(range(1, len(in_chain) + 1))
     verdict = await verify_audit(engine.store)
     assert (verdict.ok, verdict.rows) == (True, 60)  # every row links to the one before: no fork
     for who in range(4):  # each process's rows in the order it wrote them
         assert [r.data["n"] for r in rows if r.actor == f"p{who}"] == list(range(15))
-    assert [c.seq for c in await engine.store.changes_since(0)] == list(range(1, 61))
+    changes = await engine.store.changes_since({})
+    assert [(c.chain, c.seq) for c in changes] == [(r.chain, r.seq) for r in rows]
 
 
 async def test_a_due_step_runs_once_when_processes_race_to_run_it(engine: Engine) -> None:

@@ -43,7 +43,7 @@ from hitl_mcp.core.models import (
 )
 from hitl_mcp.core.outcomes import check_reply, expiry_outcome
 from hitl_mcp.core.previews import preview_sha256
-from hitl_mcp.core.store import Engine, History, KeyConflict, Store
+from hitl_mcp.core.store import Cursor, Engine, History, KeyConflict, Store, advanced
 from hitl_mcp.core.wording import already
 from hitl_mcp.kit.loops import forever, reason
 
@@ -102,7 +102,7 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews, BrokerReports):
         self._expiry_wake = anyio.Event()
         self._waiters_present = anyio.Event()
         self._listeners = Listeners()
-        self._last_seq = 0
+        self._cursor: Cursor = {}  # the change feed's: each audit chain's last seq read
         self._pruned_at = 0.0
 
     # --- background work -------------------------------------------------------------------
@@ -110,7 +110,7 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews, BrokerReports):
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The outbox, expiry and change feed; runs until cancelled. Each loop survives a failed
         round (``loops.forever``): a locked or failing store delays the work, never ends it."""
-        self._last_seq = await self.store.last_seq()
+        self._cursor = await self.store.last_seq()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.outbox.run)
             tg.start_soon(forever, "the expiry sweep", self._expire_round)
@@ -142,9 +142,9 @@ class Broker(BrokerRouting, BrokerRules, BrokerViews, BrokerReports):
         if not self._waiters and not self._listeners:
             self._waiters_present = anyio.Event()
             await self._waiters_present.wait()
-        changes = await self.store.changes_since(self._last_seq)
+        changes = await self.store.changes_since(self._cursor)
+        self._cursor = advanced(self._cursor, changes)
         for change in changes:
-            self._last_seq = change.seq
             if change.request_id is not None:
                 self._publish(change.request_id, change.event)
             else:  # pause, resume (every deadline moves), rules, credentials

@@ -155,12 +155,12 @@ async def _verify(args: argparse.Namespace, tokens: list[str], export: dict[str,
         problems += check_members(export)
         lines = export.get("receipts.jsonl", b"").decode().splitlines()
         tokens = [json.loads(line)["token"] for line in lines if line]
-    audit_by_seq: dict[int, Any] = {}
+    audit_rows: dict[tuple[int, int], Any] = {}
     keys: list[dict[str, Any]] | None = _load_jwks(args.jwks) if args.jwks else None
     source = args.jwks
     if _database_at_hand(args):
         async with open_broker(args) as broker:
-            audit_by_seq = {row.seq: row for row in await broker.history.audit()}
+            audit_rows = {(row.chain, row.seq): row for row in await broker.history.audit()}
             if keys is None:
                 keys, source = await published(broker.store), "the database"
     if not keys and export is not None:
@@ -180,8 +180,8 @@ async def _verify(args: argparse.Namespace, tokens: list[str], export: dict[str,
         request_id = claims.get("extensions", {}).get("hitl", {}).get("request_id", "?")
         what = f"{claims.get('type', '?')} {request_id}"
         verdict: str = checked.verdict
-        if verdict == "valid" and audit_by_seq:
-            mismatch = check_against_audit(claims, audit_by_seq)
+        if verdict == "valid" and audit_rows:
+            mismatch = check_against_audit(claims, audit_rows)
             if mismatch:
                 verdict = f"not matching the audit log: {mismatch}"
         if verdict == "valid" and not _assertions_hold(claims):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from hitl_mcp.core.audit import SETTLING_EVENTS, AuditRow
+from hitl_mcp.core.audit import SETTLING_EVENTS, AuditRow, in_order, label
 from hitl_mcp.core.models import Kind, Reply, Request, Status, payload_sha256
 from hitl_mcp.core.previews import preview_sha256
 from hitl_mcp.core.quorum import Vote
@@ -84,10 +84,11 @@ class Replayed:
 
 
 def replay(rows: Iterable[AuditRow]) -> dict[str, Replayed]:
-    """Every request the trail created, as its rows (in ``seq`` order) say its row must now be."""
+    """Every request the trail created, as its rows say its row must now be: replayed in ``seq``
+    order within each chain, the chains interleaved by time (``audit.in_order``)."""
     found: dict[str, Replayed] = {}
     pending: dict[str, Replayed] = {}  # what a resume pushes back: pending then, with a deadline
-    for row in rows:
+    for row in in_order(rows):
         if row.request_id is None:
             if row.event == "resumed":
                 for waiting in pending.values():
@@ -196,7 +197,7 @@ def departure(request: Request, replayed: Replayed) -> str:
     departs on; "" when it does not."""
     settles = replayed.settles
     if len(settles) > 1:
-        return f"it settled more than once (rows {', '.join(str(r.seq) for r in settles)})"
+        return f"it settled more than once (rows {', '.join(label(r.chain, r.seq) for r in settles)})"
     for name in FIELDS:
         want = replayed.values[name]
         if name in ("payload", "preview"):
@@ -212,7 +213,7 @@ def departure(request: Request, replayed: Replayed) -> str:
             return f"it is {have} but no audit row settled it"
         row = replayed.set_by[name]
         verb = "differ" if name in ("channels", "votes") else "differs"
-        return f"its {name} {verb} from row {row.seq} ('{row.event}')"
+        return f"its {name} {verb} from row {label(row.chain, row.seq)} ('{row.event}')"
     return ""
 
 
@@ -233,9 +234,8 @@ def check_requests(requests: Iterable[Request], rows: Iterable[AuditRow], limit:
             problems.append(f"request {request.id} does not match the audit log: {problem}")
     for request_id, trail in replayed.items():
         if request_id not in seen:
-            problems.append(
-                f"request {request_id} is in the audit log (row {trail.created.seq}) but not in the database"
-            )
+            row = label(trail.created.chain, trail.created.seq)
+            problems.append(f"request {request_id} is in the audit log (row {row}) but not in the database")
     if len(problems) > limit:
         problems[limit:] = [f"... and {len(problems) - limit} more requests that do not match"]
     return problems

@@ -114,11 +114,13 @@ def decision_claims(
     issuer: str,
     channel_types: Mapping[str, str],
     proofs: Sequence[Mapping[str, Any]] = (),
+    audit_chain: int = 0,
 ) -> dict[str, Any]:
     """The claims of a settled request's receipt: what was asked, what was decided, by whom and how
     they were verified, and the audit row that settled it. ``proofs``: the passkey assertions a
     step-up's approvals came with (``web/stepup.py``), whole, so that anyone holding the person's
-    registered public key can check offline that their authenticator approved this payload."""
+    registered public key can check offline that their authenticator approved this payload. The
+    audit row is named by its seq and hash, and its chain when that is not 0 (``_audit``)."""
     body = {
         "request_id": request.id,
         "kind": request.kind.value,
@@ -134,7 +136,7 @@ def decision_claims(
         "asked_by": request.owner,
         "created_at": iso(request.created_at),
         "settled_at": iso(request.closed_at),
-        "audit": {"seq": audit_seq, "hash": audit_hash},
+        "audit": _audit(audit_chain, audit_seq, audit_hash),
         "ai_initiated": True,
     }
     return envelope(DECISION, issuer, previous, at, body)
@@ -149,6 +151,7 @@ def outcome_claims(
     previous: str | None,
     at: float,
     issuer: str,
+    audit_chain: int = 0,
 ) -> dict[str, Any]:
     """The claims of what happened after a decision (``report_outcome``, the proxy, a hook), linked
     to the decision's receipt by its hash; flagged when what ran was not approved."""
@@ -161,9 +164,17 @@ def outcome_claims(
         "result_sha256": report.get("result_sha256"),
         "reported_by": report.get("reported_by"),
         "flagged": report.get("flagged"),
-        "audit": {"seq": audit_seq, "hash": audit_hash},
+        "audit": _audit(audit_chain, audit_seq, audit_hash),
     }
     return envelope(OUTCOME, issuer, previous, at, body)
+
+
+def _audit(chain: int, seq: int, digest: str) -> dict[str, Any]:
+    """The audit row a receipt names: chain 0's as receipts always named it, another's with its chain."""
+    named: dict[str, Any] = {"seq": seq, "hash": digest}
+    if chain:
+        named["chain"] = chain
+    return named
 
 
 def canonical(claims: Mapping[str, Any]) -> bytes:
@@ -191,20 +202,22 @@ def receipt_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def check_against_audit(claims: Mapping[str, Any], audit_by_seq: Mapping[int, Any]) -> str | None:
-    """Why a (validly signed) receipt does not match the audit log at hand, or None: the row it names
-    must exist, hold its hash, be about its request, and be the event it reports."""
+def check_against_audit(claims: Mapping[str, Any], audit_rows: Mapping[tuple[int, int], Any]) -> str | None:
+    """Why a (validly signed) receipt does not match the audit log at hand (``audit_rows``: by
+    (chain, seq)), or None: the row it names must exist, hold its hash, be about its request, and be
+    the event it reports."""
     body = claims.get("extensions", {}).get("hitl", {})
     audit = body.get("audit") or {}
-    seq = audit.get("seq")
-    row = audit_by_seq.get(seq) if isinstance(seq, int) else None
+    seq, chain = audit.get("seq"), audit.get("chain", 0)
+    row = audit_rows.get((chain, seq)) if isinstance(seq, int) and isinstance(chain, int) else None
+    name = f"{chain}:{seq}" if chain else f"{seq}"
     if row is None:
-        return f"no audit row {audit.get('seq')}"
+        return f"no audit row {name}"
     if row.hash != audit.get("hash"):
-        return f"audit row {row.seq} has another hash"
+        return f"audit row {name} has another hash"
     if row.request_id != body.get("request_id"):
-        return f"audit row {row.seq} is about another request"
+        return f"audit row {name} is about another request"
     wanted = {"answered", "expired", "cancelled"} if claims.get("type") == DECISION else {"outcome_reported"}
     if row.event not in wanted:
-        return f"audit row {row.seq} is a {row.event!r}, not what the receipt reports"
+        return f"audit row {name} is a {row.event!r}, not what the receipt reports"
     return None

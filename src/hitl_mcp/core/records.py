@@ -4,6 +4,7 @@ which re-exports these names."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,6 +132,20 @@ class Change:
     seq: int
     request_id: str | None
     event: str
+    chain: int = 0
+    """The audit chain of the row (core/audit.py): 0 for SQLite, the writer's own on PostgreSQL."""
+
+
+#: where a reader of the change feed stands: each audit chain's last seq read (a chain not named: 0)
+Cursor = dict[int, int]
+
+
+def advanced(cursor: Mapping[int, int], changes: Iterable[Change]) -> Cursor:
+    """``cursor`` moved past ``changes`` (each chain's rows come in seq order)."""
+    moved = dict(cursor)
+    for change in changes:
+        moved[change.chain] = max(moved.get(change.chain, 0), change.seq)
+    return moved
 
 
 @dataclass(frozen=True)

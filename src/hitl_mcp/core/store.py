@@ -19,6 +19,7 @@ from hitl_mcp.core.models import Reply, Request, Settled, Status
 from hitl_mcp.core.records import (
     Change,
     CredentialRow,
+    Cursor,
     DeliveryRow,
     KeyConflict,
     PlannedStep,
@@ -27,12 +28,14 @@ from hitl_mcp.core.records import (
     RuleRow,
     StepRow,
     StoreError,
+    advanced,
 )
 
 __all__ = [
     "PAUSE_STATE",
     "Change",
     "CredentialRow",
+    "Cursor",
     "DeliveryRow",
     "Engine",
     "History",
@@ -45,6 +48,7 @@ __all__ = [
     "StepRow",
     "Store",
     "StoreError",
+    "advanced",
 ]
 
 #: where the kill switch's pause lives in the state (``_hitl``: a name no channel may have, channel
@@ -214,7 +218,11 @@ class Store(Protocol):
         """Revoke one inbox session, or every one (None); how many were removed."""
         ...
 
-    async def changes_since(self, seq: int, limit: int = 1000) -> list[Change]: ...
+    async def changes_since(self, cursor: Mapping[int, int], limit: int = 1000) -> list[Change]:
+        """The audit rows past ``cursor`` (each chain's last seq read; ``last_seq`` gives the current
+        one, ``records.advanced`` moves it), at most ``limit``, each chain's in seq order. Within a
+        chain seq order is commit order, so a row that commits later never has a lower seq."""
+        ...
 
     async def add_rule(
         self,
@@ -296,7 +304,9 @@ class Store(Protocol):
         changed, when the pause is no longer ``expected`` (another resume, or a new pause, came first)."""
         ...
 
-    async def last_seq(self) -> int: ...
+    async def last_seq(self) -> Cursor:
+        """The change feed's cursor now: each audit chain's newest seq (SQLite: chain 0 only)."""
+        ...
 
     async def maintain(self) -> None:
         """Housekeeping off the request path (e.g. WAL checkpoints); called every few seconds."""
@@ -347,8 +357,8 @@ class History(Protocol):
 
     async def audit(self, request_id: str | None = None) -> builtins.list[AuditRow]: ...
 
-    async def audit_head(self) -> tuple[int, str] | None:
-        """The newest audit row's seq and hash."""
+    async def audit_heads(self) -> dict[int, tuple[int, str]]:
+        """Each audit chain's newest row: chain -> (seq, hash); empty before the first row."""
         ...
 
     async def count_events(self, event: str, request_ids: Collection[str]) -> dict[str, int]:

@@ -2,16 +2,19 @@
 
 Whoever can write the database can rewrite the audit log and recompute every hash after the row
 they changed, or drop the newest rows: the chain alone still verifies. So each time a request
-settles, the process that settled it appends the chain's head (its seq and hash) to a file beside
-the database, one line ``<unix time> <seq> <hash>``, opened ``O_APPEND`` (mode 0600), and, if
-configured, sends the same line to syslog or POSTs it to a URL. ``hitl-mcp audit verify`` then
-checks every anchored (seq, hash) against the chain: a hash that differs means rows up to that seq
-were rewritten; an anchored seq beyond the database's last row means the newest rows were dropped.
+settles, the process that settled it appends its chain's head (its seq and hash) to a file beside
+the database, one line ``<unix time> <seq> <hash>`` for chain 0 (SQLite's, and PostgreSQL's rows from
+before each process had a chain of its own), ``<unix time> <chain>:<seq> <hash>`` for chain k > 0
+(core/audit.py), opened ``O_APPEND`` (mode 0600), and, if configured, sends the same line to syslog
+or POSTs it to a URL. ``hitl-mcp audit verify`` then checks every anchored (chain, seq, hash)
+against that chain: a hash that differs means rows up to that seq were rewritten; an anchored seq
+beyond the chain's last row means its newest rows were dropped. Each chain is checked on its own.
 
-Several processes share one database (a server and a CLI answering beside it): each appends after
-its own commit, so lines may arrive slightly out of order; each line is checked on its own, and
-the highest seq is the one the chain must reach. Adding lines can only raise an alarm, never hide a
-change. What the anchors prove, and what they do not, is in docs/security-audit.md.
+Several processes share one database (a server and a CLI answering beside it, replicas): each
+appends after its own commit, so lines may arrive slightly out of order; each line is checked on its
+own, and each chain's highest anchored seq is the one it must reach. Adding lines can only raise an
+alarm, never hide a change. What the anchors prove, and what they do not, is in
+docs/security-audit.md.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from hitl_mcp.core.audit import label
 from hitl_mcp.core.models import iso
 
 log = logging.getLogger("hitl_mcp")
@@ -46,18 +50,26 @@ class Anchor:
     hash: str
     line: int
     """Where it was read: its line number in the anchor file."""
+    chain: int = 0
 
     def text(self) -> str:
-        return f"{self.at:.3f} {self.seq} {self.hash}"
+        return anchor_line(self.at, self.seq, self.hash, self.chain).strip()
 
 
-def anchor_line(at: float, seq: int, digest: str) -> str:
-    return f"{at:.3f} {seq} {digest}\n"
+def anchor_line(at: float, seq: int, digest: str, chain: int = 0) -> str:
+    return f"{at:.3f} {label(chain, seq)} {digest}\n"
+
+
+def _row(field: str) -> tuple[int, int]:
+    """``seq`` (chain 0) or ``chain:seq``, as (chain, seq)."""
+    chain, _, seq = field.rpartition(":")
+    return (int(chain) if chain else 0), int(seq)
 
 
 def read_anchors(lines: Iterable[str]) -> tuple[list[Anchor], list[str]]:
     """The anchors in ``lines``, and one problem per line that is not one. Only the last three
-    fields of a line count, so lines copied out of syslog (with its prefix) read as well."""
+    fields of a line count, so lines copied out of syslog (with its prefix) read as well; a seq
+    without a chain is chain 0's."""
     anchors: list[Anchor] = []
     problems: list[str] = []
     for number, raw in enumerate(lines, 1):
@@ -65,31 +77,47 @@ def read_anchors(lines: Iterable[str]) -> tuple[list[Anchor], list[str]]:
         if not fields:
             continue
         try:
-            at, seq, digest = float(fields[-3]), int(fields[-2]), fields[-1]
+            at, (chain, seq), digest = float(fields[-3]), _row(fields[-2]), fields[-1]
             int(digest, 16)
-            ok = seq >= 1 and len(digest) == 64
+            ok = seq >= 1 and chain >= 0 and len(digest) == 64
         except (ValueError, IndexError):
             ok = False
         if not ok:
             problems.append(
-                f"anchor line {number} is not '<unix time> <seq> <sha256>': {raw.strip()[:100]!r}"
+                f"anchor line {number} is not '<unix time> [<chain>:]<seq> <sha256>': {raw.strip()[:100]!r}"
             )
             continue
-        anchors.append(Anchor(at, seq, digest.lower(), number))
+        anchors.append(Anchor(at, seq, digest.lower(), number, chain))
     return anchors, problems
 
 
-def check_anchors(anchors: Iterable[Anchor], hashes: Mapping[int, str]) -> list[str]:
-    """One line per way the chain (``hashes``: seq -> hash) departs from the anchors: the newest
-    rows dropped, and rows rewritten (even with every hash after them recomputed)."""
-    ordered = sorted(anchors, key=lambda a: (a.seq, a.line))
-    head = max(hashes, default=0)
+def check_anchors(anchors: Iterable[Anchor], hashes: Mapping[tuple[int, int], str]) -> list[str]:
+    """One line per way the chains (``hashes``: (chain, seq) -> hash) depart from the anchors, chain
+    by chain: the newest rows dropped, and rows rewritten (even with every hash after them
+    recomputed)."""
+    by_chain: dict[int, list[Anchor]] = {}
+    for anchor in anchors:
+        by_chain.setdefault(anchor.chain, []).append(anchor)
+    heads: dict[int, int] = {}
+    for chain, seq in hashes:
+        heads[chain] = max(heads.get(chain, 0), seq)
     problems: list[str] = []
-    if ordered and max(a.seq for a in ordered) > head:
+    for chain in sorted(by_chain):
+        chain_hashes = {seq: digest for (c, seq), digest in hashes.items() if c == chain}
+        problems += _check_chain(chain, by_chain[chain], chain_hashes, heads.get(chain, 0))
+    return problems
+
+
+def _check_chain(chain: int, anchors: list[Anchor], hashes: Mapping[int, str], head: int) -> list[str]:
+    ordered = sorted(anchors, key=lambda a: (a.seq, a.line))
+    problems: list[str] = []
+    on = f" of chain {chain}" if chain else ""
+    if ordered and ordered[-1].seq > head:
         newest = max(ordered, key=lambda a: a.seq)
+        dropped = f"{label(chain, head + 1)}..{newest.seq}"
         problems.append(
-            f"audit log TRUNCATED: row {newest.seq} was anchored at {iso(newest.at)} (anchor line "
-            f"{newest.line}) but the database ends at row {head}: rows {head + 1}..{newest.seq} were dropped"
+            f"audit log TRUNCATED: row {label(chain, newest.seq)} was anchored at {iso(newest.at)} (anchor "
+            f"line {newest.line}) but the database ends{on} at row {head}: rows {dropped} were dropped"
         )
     intact = 0  # the highest anchored row that still matches: rows up to it are as they were
     for anchor in ordered:
@@ -99,8 +127,9 @@ def check_anchors(anchors: Iterable[Anchor], hashes: Mapping[int, str]) -> list[
             intact = anchor.seq
             continue
         problems.append(
-            f"audit log REWRITTEN: row {anchor.seq} no longer has the hash anchored at {iso(anchor.at)} "
-            f"(anchor line {anchor.line}): a row in {intact + 1}..{anchor.seq} was changed since"
+            f"audit log REWRITTEN: row {label(chain, anchor.seq)} no longer has the hash anchored at "
+            f"{iso(anchor.at)} (anchor line {anchor.line}): a row in "
+            f"{label(chain, intact + 1)}..{anchor.seq} was changed since"
         )
         break
     return problems
@@ -129,7 +158,7 @@ class Anchorer:
         self.syslog = syslog
         self.url = url
         self.source = source or str(path.parent)
-        self._queue: queue.Queue[tuple[float, int, str] | None] = queue.Queue(QUEUE_MAX)
+        self._queue: queue.Queue[tuple[float, int, str, int] | None] = queue.Queue(QUEUE_MAX)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._file_failing = False
@@ -138,12 +167,12 @@ class Anchorer:
     def remote(self) -> bool:
         return bool(self.syslog or self.url)
 
-    def __call__(self, seq: int, digest: str) -> None:
+    def __call__(self, seq: int, digest: str, chain: int = 0) -> None:
         at = time.time()
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
-                os.write(fd, anchor_line(at, seq, digest).encode())
+                os.write(fd, anchor_line(at, seq, digest, chain).encode())
             finally:
                 os.close(fd)
             self._file_failing = False
@@ -154,9 +183,10 @@ class Anchorer:
         if self.remote:
             self._start()
             try:
-                self._queue.put_nowait((at, seq, digest))
+                self._queue.put_nowait((at, seq, digest, chain))
             except queue.Full:
-                log.warning("hitl-mcp: audit anchor for row %d not sent: %d waiting already", seq, QUEUE_MAX)
+                row = label(chain, seq)
+                log.warning("hitl-mcp: audit anchor for row %s not sent: %d waiting already", row, QUEUE_MAX)
 
     def close(self, timeout: float = POST_TIMEOUT) -> None:
         """Send what is waiting (for at most ``timeout`` seconds), then stop the sender."""
@@ -180,8 +210,8 @@ class Anchorer:
         syslog: _Syslog | None = None
         failing: set[str] = set()
         while (item := self._queue.get()) is not _STOP:
-            at, seq, digest = item
-            text = anchor_line(at, seq, digest).strip()
+            at, seq, digest, chain = item
+            text = anchor_line(at, seq, digest, chain).strip()
             if self.syslog:
                 try:
                     syslog = syslog or _Syslog(self.syslog)
@@ -194,6 +224,8 @@ class Anchorer:
                     _warn_once(failing, "syslog", f"to syslog: {getattr(exc, 'strerror', None) or exc}")
             if self.url:
                 body = {"at": at, "seq": seq, "hash": digest, "line": text, "source": self.source}
+                if chain:
+                    body["chain"] = chain
                 try:
                     _post(self.url, body)
                     failing.discard("url")

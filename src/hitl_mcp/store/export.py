@@ -25,7 +25,7 @@ from typing import Any
 import anyio.to_thread
 
 from hitl_mcp.core import receipts
-from hitl_mcp.core.audit import AuditRow
+from hitl_mcp.core.audit import AuditRow, label
 from hitl_mcp.core.models import Request, iso, now
 from hitl_mcp.core.store import Engine, ReceiptRow
 from hitl_mcp.kit import jws
@@ -76,7 +76,7 @@ async def _receipts(store: Engine, start: float, end: float) -> list[ReceiptRow]
 def event_row(row: AuditRow, request: Request | None) -> dict[str, Any]:
     data = row.data
     return {
-        "seq": row.seq,
+        "seq": label(row.chain, row.seq),  # ``chain:seq`` on a PostgreSQL process's own chain
         "at": iso(row.at),
         "request_id": row.request_id or "",
         "event": row.event,

@@ -1,5 +1,6 @@
-"""The PostgreSQL engine's schema: the numbered migrations 1..9, the same tables as SQLite's
-(store/sqlite.py ``MIGRATIONS``) in PostgreSQL's dialect, applied by ``PostgresStore`` on open.
+"""The PostgreSQL engine's schema: the numbered migrations, the same tables as SQLite's
+(store/sqlite.py ``MIGRATIONS``) in PostgreSQL's dialect (but for migration 16's audit chains, one
+per process), applied by ``PostgresStore`` on open.
 
 The schema's version is the one row of ``hitl_schema``. Times are seconds since the epoch (double
 precision), JSON columns are text (the engines share the row mapping), flags are booleans (SQLite's
@@ -246,5 +247,22 @@ MIGRATIONS: list[str] = [
     CREATE INDEX receipts_chain ON receipts(kid, id);
     CREATE INDEX receipts_request ON receipts(request_id);
     CREATE INDEX receipts_created ON receipts(created_at);
+    """,
+    # 16: an audit chain per process (store/pg_chain.py): every row written so far is chain 0, a row
+    # is named by (chain, seq), and the chains ever claimed are listed (the change feed reads each
+    # one's new rows by its key); each new row's time by the database's clock as it was written
+    # (``written_at``, not hashed), which orders the replay of one request's rows across chains.
+    # PostgreSQL only: SQLite's log stays one chain, with neither column
+    """
+    ALTER TABLE audit ADD COLUMN chain INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE audit ADD COLUMN written_at DOUBLE PRECISION;
+    ALTER TABLE audit ALTER COLUMN written_at SET DEFAULT extract(epoch FROM clock_timestamp());
+    ALTER TABLE audit DROP CONSTRAINT audit_pkey;
+    ALTER TABLE audit ADD PRIMARY KEY (chain, seq);
+    CREATE TABLE audit_chains (
+        chain INTEGER PRIMARY KEY,
+        claimed_at DOUBLE PRECISION
+    );
+    INSERT INTO audit_chains (chain) VALUES (0);
     """,
 ]

@@ -1,15 +1,17 @@
 """The shared store: PostgreSQL through asyncpg, for replicas of hitl-mcp on one database.
 
 All SQL of this engine lives here (the schema in ``pg_schema.py``). Each method is one unit of work
-on a pooled connection (``_unit``): a read, or one transaction. Writes that append to the audit log
-first take the chain's transaction-level advisory lock (``CHAIN_LOCK``), as SQLite's ``BEGIN
-IMMEDIATE`` takes its write lock: appends are serialized across every process on the database, so
-seq order is commit order (the chain never forks, and ``changes_since(seq)`` never misses a row that
-commits later with a lower seq), and row locks are only ever taken under it (no lock-order
-deadlocks). The single winner is still the conditional ``UPDATE ... WHERE status = 'pending'`` (a
-quorum's vote is counted with the request row locked ``FOR UPDATE``); the outbox claims with ``FOR
-UPDATE SKIP LOCKED`` and ``fire_rule`` is one conditional UPDATE: neither appends, nor waits for the
-chain lock while holding a row.
+on a pooled connection (``_unit``): a read, or one transaction. Each process appends to an audit
+chain of its own (``pg_chain.py``): a write that appends first takes that chain's transaction-level
+advisory lock, so within the chain seq order is commit order (it never forks, and
+``changes_since(cursor)``, a seq per chain, never misses a row that commits later with a lower
+seq), and no lock is shared by replicas to append. Their transactions can therefore wait for each
+other's row locks, in any order: PostgreSQL breaks a lock-order deadlock by failing one transaction
+(40P01), and ``_unit`` runs it again from the start, as it does a serialization failure. The single
+winner is still the conditional ``UPDATE ... WHERE status = 'pending'`` (a quorum's vote is counted
+with the request row locked ``FOR UPDATE``); the outbox claims with ``FOR UPDATE SKIP LOCKED`` and
+``fire_rule`` is one conditional UPDATE. Receipts stay one chain per signing key: a settle takes
+the key's own transaction-level lock before it reads the key's last receipt.
 
 Every transaction that appends also ``pg_notify``s ``hitl_changes`` (the request id, or ''), which a
 dedicated LISTEN connection per store (``_Listener``) turns into a wake-up of ``changed``; a dropped
@@ -44,6 +46,7 @@ from hitl_mcp.core.store import (
     PAUSE_STATE,
     Change,
     CredentialRow,
+    Cursor,
     DeliveryRow,
     KeyConflict,
     PlannedStep,
@@ -55,6 +58,7 @@ from hitl_mcp.core.store import (
 )
 from hitl_mcp.kit.net import redact
 from hitl_mcp.store.anchor import Anchorer
+from hitl_mcp.store.pg_chain import ChainClaim, append_key, receipt_key
 from hitl_mcp.store.pg_schema import MIGRATIONS, VERSION_TABLE
 from hitl_mcp.store.rows import BODY_FIELDS, asked, created, preview_json, votes_json
 from hitl_mcp.store.rows import audit_row as _audit_row
@@ -73,8 +77,7 @@ Conn = Any  # an asyncpg connection (a pool's proxy or a plain one)
 
 #: the channel every audit-appending transaction notifies
 CHANNEL = "hitl_changes"
-#: advisory lock keys (transaction level): the audit chain, and migrations
-CHAIN_LOCK = 0x6869746C_00000001
+#: advisory lock key (transaction level) of migrations; the audit chains' are in pg_chain.py
 MIGRATE_LOCK = 0x6869746C_00000002
 #: how long ``changed`` waits without a notification before returning anyway
 FALLBACK_POLL_SECONDS = 30.0
@@ -104,6 +107,8 @@ TRANSIENT: tuple[type[BaseException], ...] = (
 #: anything the database or the way to it can fail with
 FAILURES: tuple[type[BaseException], ...] = (*TRANSIENT, asyncpg.PostgresError)
 FAILURES_OR_BAD_URL: tuple[type[BaseException], ...] = (*FAILURES, ValueError)
+#: and what claiming an audit chain can fail with besides (no free chain: pg_chain.MAX_CHAINS)
+CLAIM_FAILURES: tuple[type[BaseException], ...] = (*FAILURES, RuntimeError)
 
 
 def _password(url: str) -> str | None:
@@ -227,9 +232,10 @@ class _Listener:
 
 @dataclass
 class _Tx:
-    """One write transaction: its connection, and the chain's head once it appended."""
+    """One write transaction: its connection, its audit chain, and the chain's head once it appended."""
 
     conn: Conn
+    chain: int = 0
     head: tuple[int, str] | None = None
     settled: bool = False
     notified: set[str] = field(default_factory=set)
@@ -267,6 +273,7 @@ class PostgresStore:
         """The schema version found on open (for ``hitl-mcp migrate``)."""
         self._pool: asyncpg.Pool | None = None
         self._listener: _Listener | None = None
+        self._chains = ChainClaim(self._connect)
         self._secret = _password(url)
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -301,6 +308,7 @@ class PostgresStore:
             raise
 
     async def close(self) -> None:
+        await self._chains.release()
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
@@ -407,21 +415,36 @@ class PostgresStore:
                 ) from None
         raise AssertionError("unreachable")
 
+    @property
+    def chain(self) -> int | None:
+        """The audit chain this process appends to (``pg_chain.py``); None before its first append."""
+        return self._chains.claimed
+
+    async def _own_chain(self) -> int:
+        if self._pool is None:
+            raise RuntimeError("the store is not open")
+        try:
+            return await self._chains.chain()
+        except CLAIM_FAILURES as exc:
+            said = f"the server cannot claim an audit chain on the database at {self.where}: {_reason(exc)}"
+            raise StoreError(self._said(said)) from None
+
     async def _write(self, work: Callable[[_Tx], Awaitable[T]], chain: bool = True) -> T:
-        """One transaction; with ``chain``, under the chain's lock, anchored once it committed."""
+        """One transaction; with ``chain``, under this process's chain lock, anchored once it committed."""
         tx: _Tx | None = None
+        own = await self._own_chain() if chain else 0
 
         async def unit(conn: Conn) -> T:
             nonlocal tx
-            tx = _Tx(conn)
+            tx = _Tx(conn, own)
             async with conn.transaction():
                 if chain:
-                    await conn.execute("SELECT pg_advisory_xact_lock($1)", CHAIN_LOCK)
+                    await conn.execute("SELECT pg_advisory_xact_lock($1)", append_key(own))
                 return await work(tx)
 
         result = await self._unit(unit)
         if tx is not None and tx.settled and tx.head is not None and self.anchor is not None:
-            self.anchor(*tx.head)
+            self.anchor(*tx.head, chain=tx.chain)
         return result
 
     # --- audit -----------------------------------------------------------------------------
@@ -435,22 +458,27 @@ class PostgresStore:
         data: dict[str, Any],
         at: float | None = None,
     ) -> tuple[int, str]:
-        """Append one row to the chain (the transaction holds ``CHAIN_LOCK``), and notify."""
-        row = await tx.conn.fetchrow("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
+        """Append one row to this process's chain (the transaction holds its lock), and notify."""
+        if not tx.chain:  # chain 0 is the rows from before the chains: a ``_write(chain=False)``
+            raise AssertionError("an audit row appended outside a chain's transaction")
+        row = await tx.conn.fetchrow(
+            "SELECT seq, hash FROM audit WHERE chain = $1 ORDER BY seq DESC LIMIT 1", tx.chain
+        )
         seq, prev = (row["seq"] + 1, row["hash"]) if row else (1, GENESIS)
         at = now() if at is None else at
-        digest = row_hash(prev, seq, at, request_id, event, actor, data)
+        digest = row_hash(prev, seq, at, request_id, event, actor, data, tx.chain)
         insert = (
-            "INSERT INTO audit (seq, at, request_id, event, actor, data, prev_hash, hash)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+            "INSERT INTO audit (seq, at, request_id, event, actor, data, prev_hash, hash, chain)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
         )
-        values = (seq, at, request_id, event, actor, json.dumps(data, sort_keys=True), prev, digest)
+        data_json = json.dumps(data, sort_keys=True)
+        values = (seq, at, request_id, event, actor, data_json, prev, digest, tx.chain)
         payload = request_id or ""
         if payload in tx.notified:
             await tx.conn.execute(insert, *values)
         else:  # the row and its notification in one round trip (delivered at commit, as before)
             tx.notified.add(payload)
-            notify = f"WITH appended AS ({insert} RETURNING seq) SELECT pg_notify($9, $10) FROM appended"
+            notify = f"WITH appended AS ({insert} RETURNING seq) SELECT pg_notify($10, $11) FROM appended"
             await tx.conn.execute(notify, *values, CHANNEL, payload[:1000])
         tx.head = (seq, digest)
         tx.settled = tx.settled or event in SETTLING_EVENTS
@@ -458,13 +486,11 @@ class PostgresStore:
 
     async def _seal(self, tx: _Tx, request: Request, audit: tuple[int, str], at: float) -> Request:
         """The settled request's receipt, chained to the previous one of this key, stored and kept on
-        the request row (in the settling transaction, which holds ``CHAIN_LOCK``: one chain per key
-        moves one receipt at a time); the request as it now stands."""
+        the request row (in the settling transaction, under the key's own lock: one chain per key
+        moves one receipt at a time, whichever replica settles); the request as it now stands."""
         if self.sealer is None:
             return request
-        previous = await tx.conn.fetchval(
-            "SELECT hash FROM receipts WHERE kid = $1 ORDER BY id DESC LIMIT 1", self.sealer.kid
-        )
+        previous = await self._previous_receipt(tx, self.sealer.kid)
         rows = (
             await tx.conn.fetch(  # a step-up's passkey assertions; read only when it needs one
                 "SELECT proof FROM replies WHERE request_id = $1 AND proof IS NOT NULL ORDER BY id",
@@ -473,10 +499,21 @@ class PostgresStore:
             if request.step_up
             else []
         )
-        sealed = self.sealer.decision(request, *audit, previous, at, [json.loads(r["proof"]) for r in rows])
+        proofs = [json.loads(r["proof"]) for r in rows]
+        sealed = self.sealer.decision(request, *audit, previous, at, proofs, audit_chain=tx.chain)
         await self._keep_receipt(tx, request.id, sealed, at)
         await tx.conn.execute("UPDATE requests SET receipt = $1 WHERE id = $2", sealed.token, request.id)
         return request.model_copy(update={"receipt": sealed.token})
+
+    @staticmethod
+    async def _previous_receipt(tx: _Tx, kid: str) -> str | None:
+        """The hash of ``kid``'s last receipt, under the key's lock (held until commit): receipts of
+        one key chain one after the other, as the receipts' ids (commit order) say."""
+        await tx.conn.execute("SELECT pg_advisory_xact_lock($1)", receipt_key(kid))
+        previous: str | None = await tx.conn.fetchval(
+            "SELECT hash FROM receipts WHERE kid = $1 ORDER BY id DESC LIMIT 1", kid
+        )
+        return previous
 
     @staticmethod
     async def _keep_receipt(tx: _Tx, request_id: str, sealed: Sealed, at: float) -> None:
@@ -503,9 +540,11 @@ class PostgresStore:
     async def audit(self, request_id: str | None = None) -> builtins.list[AuditRow]:
         async def work(conn: Conn) -> builtins.list[AuditRow]:
             if request_id is None:
-                rows = await conn.fetch("SELECT * FROM audit ORDER BY seq")
+                rows = await conn.fetch("SELECT * FROM audit ORDER BY chain, seq")
             else:
-                rows = await conn.fetch("SELECT * FROM audit WHERE request_id = $1 ORDER BY seq", request_id)
+                rows = await conn.fetch(
+                    "SELECT * FROM audit WHERE request_id = $1 ORDER BY at, chain, seq", request_id
+                )
             return [_audit_row(r) for r in rows]
 
         return await self._unit(work)
@@ -525,10 +564,14 @@ class PostgresStore:
 
         return await self._unit(work)
 
-    async def audit_head(self) -> tuple[int, str] | None:
-        async def work(conn: Conn) -> tuple[int, str] | None:
-            row = await conn.fetchrow("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
-            return (row["seq"], row["hash"]) if row else None
+    async def audit_heads(self) -> dict[int, tuple[int, str]]:
+        async def work(conn: Conn) -> dict[int, tuple[int, str]]:
+            rows = await conn.fetch(
+                "SELECT c.chain, h.seq, h.hash FROM audit_chains c CROSS JOIN LATERAL"
+                " (SELECT seq, hash FROM audit a WHERE a.chain = c.chain ORDER BY seq DESC LIMIT 1) h"
+                " ORDER BY c.chain"
+            )
+            return {r["chain"]: (r["seq"], r["hash"]) for r in rows}
 
         return await self._unit(work)
 
@@ -538,18 +581,32 @@ class PostgresStore:
 
         return await self._unit(work)
 
-    async def changes_since(self, seq: int, limit: int = 1000) -> builtins.list[Change]:
+    async def changes_since(self, cursor: Mapping[int, int], limit: int = 1000) -> builtins.list[Change]:
+        """Each chain's rows past its seq in ``cursor`` (by the key (chain, seq)), chain by chain."""
+        chains, seqs = builtins.list(cursor), builtins.list(cursor.values())
+
         async def work(conn: Conn) -> builtins.list[Change]:
             rows = await conn.fetch(
-                "SELECT seq, request_id, event FROM audit WHERE seq > $1 ORDER BY seq LIMIT $2", seq, limit
+                "SELECT c.chain, a.seq, a.request_id, a.event FROM audit_chains c"
+                " LEFT JOIN unnest($1::integer[], $2::bigint[]) AS k(chain, seq) ON k.chain = c.chain"
+                " CROSS JOIN LATERAL (SELECT seq, request_id, event FROM audit a"
+                "   WHERE a.chain = c.chain AND a.seq > COALESCE(k.seq, 0) ORDER BY seq LIMIT $3) a"
+                " ORDER BY c.chain, a.seq LIMIT $3",
+                chains,
+                seqs,
+                limit,
             )
-            return [Change(r["seq"], r["request_id"], r["event"]) for r in rows]
+            return [Change(r["seq"], r["request_id"], r["event"], r["chain"]) for r in rows]
 
         return await self._unit(work)
 
-    async def last_seq(self) -> int:
-        async def work(conn: Conn) -> int:
-            return int(await conn.fetchval("SELECT COALESCE(MAX(seq), 0) FROM audit"))
+    async def last_seq(self) -> Cursor:
+        async def work(conn: Conn) -> Cursor:
+            rows = await conn.fetch(
+                "SELECT c.chain, (SELECT COALESCE(MAX(seq), 0) FROM audit a WHERE a.chain = c.chain) AS seq"
+                " FROM audit_chains c"
+            )
+            return {r["chain"]: r["seq"] for r in rows}
 
         return await self._unit(work)
 
@@ -998,7 +1055,9 @@ class PostgresStore:
 
     async def _queue_sends(self, tx: _Tx, step: StepRow, at: float) -> builtins.list[str]:
         """A notify step: the request on the step's channels it has not been sent on yet."""
-        body = json.loads(await tx.conn.fetchval("SELECT body FROM requests WHERE id = $1", step.request_id))
+        # locked: replicas no longer append one at a time, and two steps may add channels at once
+        body_sql = "SELECT body FROM requests WHERE id = $1 FOR UPDATE"
+        body = json.loads(await tx.conn.fetchval(body_sql, step.request_id))
         new = [c for c in step.channels if c not in body["channels"]]
         for channel in new:
             await tx.conn.execute(
@@ -1278,7 +1337,8 @@ class PostgresStore:
         at = now()
 
         async def work(tx: _Tx) -> tuple[Request, ReceiptRow | None] | None:
-            row = await tx.conn.fetchrow("SELECT * FROM requests WHERE id = $1", request_id)
+            # locked: two replicas reporting at once find the first report, one after the other
+            row = await tx.conn.fetchrow("SELECT * FROM requests WHERE id = $1 FOR UPDATE", request_id)
             if row is None:
                 return None
             request = _request(row)
@@ -1290,10 +1350,8 @@ class PostgresStore:
             audit = await self._append(tx, request_id, "outcome_reported", actor, report, at=at)
             if self.sealer is None:
                 return request, None
-            previous = await tx.conn.fetchval(
-                "SELECT hash FROM receipts WHERE kid = $1 ORDER BY id DESC LIMIT 1", self.sealer.kid
-            )
-            sealed = self.sealer.outcome(request, report, *audit, previous, at)
+            previous = await self._previous_receipt(tx, self.sealer.kid)
+            sealed = self.sealer.outcome(request, report, *audit, previous, at, audit_chain=tx.chain)
             await self._keep_receipt(tx, request_id, sealed, at)
             kept = await tx.conn.fetchrow("SELECT * FROM receipts WHERE hash = $1", sealed.hash)
             return request, _receipt(kept)

@@ -31,6 +31,8 @@ class Row(Protocol):
 
     def __getitem__(self, column: str, /) -> Any: ...
 
+    def keys(self) -> Any: ...
+
 
 #: a request's fields kept together in its ``body`` column (JSON), not in columns of their own
 BODY_FIELDS = (
@@ -162,4 +164,6 @@ def votes_json(votes: Sequence[Vote]) -> str:
 
 
 def audit_row(row: Row) -> AuditRow:
+    if "chain" not in row.keys():  # SQLite's log: one chain, no columns for it
+        return _from_row(AuditRow, row, data=json.loads(row["data"]), chain=0, written_at=None)
     return _from_row(AuditRow, row, data=json.loads(row["data"]))

@@ -61,9 +61,10 @@ class Sealer:
         previous: str | None,
         at: float,
         proofs: Sequence[Mapping[str, Any]] = (),
+        audit_chain: int = 0,
     ) -> Sealed:
         claims = receipts.decision_claims(
-            request, audit_seq, audit_hash, previous, at, self.issuer, self.channel_types, proofs
+            request, audit_seq, audit_hash, previous, at, self.issuer, self.channel_types, proofs, audit_chain
         )
         return self._sealed(claims)
 
@@ -75,10 +76,11 @@ class Sealer:
         audit_hash: str,
         previous: str | None,
         at: float,
+        audit_chain: int = 0,
     ) -> Sealed:
         decided = receipts.receipt_hash(request.receipt) if request.receipt else None
         claims = receipts.outcome_claims(
-            request, decided, report, audit_seq, audit_hash, previous, at, self.issuer
+            request, decided, report, audit_seq, audit_hash, previous, at, self.issuer, audit_chain
         )
         return self._sealed(claims)
 

@@ -34,6 +34,7 @@ from hitl_mcp.core.store import (
     PAUSE_STATE,
     Change,
     CredentialRow,
+    Cursor,
     DeliveryRow,
     KeyConflict,
     PlannedStep,
@@ -540,10 +541,12 @@ class SqliteStore:
 
         return await self._run(work)
 
-    async def audit_head(self) -> tuple[int, str] | None:
+    async def audit_heads(self) -> dict[int, tuple[int, str]]:
+        """One chain here (0): SQLite has one writer at a time."""
+
         def work(db: sqlite3.Connection) -> Any:
             row = db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
-            return (row["seq"], row["hash"]) if row else None
+            return {0: (row["seq"], row["hash"])} if row else {}
 
         return await self._run(work)
 
@@ -555,7 +558,9 @@ class SqliteStore:
 
         return await self._run(work)
 
-    async def changes_since(self, seq: int, limit: int = 1000) -> list[Change]:
+    async def changes_since(self, cursor: Mapping[int, int], limit: int = 1000) -> list[Change]:
+        seq = cursor.get(0, 0)  # one chain here
+
         def work(db: sqlite3.Connection) -> Any:
             cursor = db.execute(
                 "SELECT seq, request_id, event FROM audit WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit)
@@ -564,10 +569,10 @@ class SqliteStore:
 
         return await self._run(work)
 
-    async def last_seq(self) -> int:
+    async def last_seq(self) -> Cursor:
         def work(db: sqlite3.Connection) -> Any:
             row = db.execute("SELECT MAX(seq) FROM audit").fetchone()
-            return row[0] or 0
+            return {0: row[0] or 0}
 
         return await self._run(work)
 
