@@ -392,6 +392,7 @@ def measured(rig: Rig, before: Snapshot, after: Snapshot, done: int, commits: in
         closed=closed,
         core_busy=[a[0] - b[0] for a, b in zip(after.cores, before.cores, strict=True)],
         load=os.getloadavg()[0],
+        extra={"replica_threads": [len(threads(p)) for p in pids]},
     )
 
 
