@@ -66,6 +66,7 @@ import anyio
 from replicas import Setup, agent, api, ask, cpu_seconds, fresh_database, log, postgres, reply, setup
 
 REPLICA_COUNTS = (1, 2, 4, 8)
+LOCK_SAMPLE_SECONDS = 0.025
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -203,6 +204,7 @@ class Rig:
     pg_port: int | None
     db: Any = None  # asyncpg connection
     db_port: int = 0  # its local port, left out of the byte counts
+    lock_key: int | None = None  # the audit chain's advisory lock, while there is one
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -231,6 +233,18 @@ class Rig:
             " pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint AS wal"
         )
         snap.xid, snap.wal = int(row["xid"]), int(row["wal"])
+
+    async def chain_lock(self) -> tuple[int, int] | None:
+        """Transactions holding and waiting for the audit chain's advisory lock, this instant."""
+        if self.db is None or self.lock_key is None:
+            return None
+        row = await self.db.fetchrow(
+            "SELECT count(*) FILTER (WHERE granted) AS held, count(*) FILTER (WHERE NOT granted) AS waiting"
+            " FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objid = $2 AND objsubid = 1",
+            self.lock_key >> 32,
+            self.lock_key & 0xFFFFFFFF,
+        )
+        return int(row["held"]), int(row["waiting"])
 
     async def commits(self) -> int:
         if self.db is None:
@@ -337,13 +351,31 @@ async def drive(rig: Rig, target: str, requests: int, workers: int, stats_wait: 
         before = rig.snapshot()
         await rig.counters(before)
         ready.set()
+        samples: list[tuple[int, int]] = []
+        tg.start_soon(watch_lock, rig, samples, finished)  # ends with the round
         await finished.wait()
         after = rig.snapshot()
         await rig.counters(after)
         closing.set()
     await anyio.sleep(stats_wait)
     commits1 = await rig.commits()
-    return measured(rig, before, after, done, commits1 - commits0 - 2)  # less our own two reads
+    own = 2 + len(samples)  # our own reads
+    result = measured(rig, before, after, done, commits1 - commits0 - own)
+    if samples:
+        result.extra["chain_lock_held"] = round(sum(h for h, _ in samples) / len(samples), 3)
+        result.extra["chain_lock_waiting"] = round(sum(w for _, w in samples) / len(samples), 2)
+        result.extra["chain_lock_samples"] = len(samples)
+    return result
+
+
+async def watch_lock(rig: Rig, samples: list[tuple[int, int]], finished: anyio.Event) -> None:
+    """How often the chain's lock is held, and how many wait for it, sampled until the round ends."""
+    while not finished.is_set():
+        seen = await rig.chain_lock()
+        if seen is None:
+            return
+        samples.append(seen)
+        await anyio.sleep(LOCK_SAMPLE_SECONDS)
 
 
 def measured(rig: Rig, before: Snapshot, after: Snapshot, done: int, commits: int) -> Round:
@@ -373,12 +405,17 @@ def measured(rig: Rig, before: Snapshot, after: Snapshot, done: int, commits: in
                 by_replica[i] += after.backends[sock.pid] - before.backends.get(sock.pid, 0.0)
     closed = sum(1 for key, sock in before.socks.items() if sock.pid in pids and key not in after.socks)
     pg = rig.postmaster is not None
+    ours = next(
+        (s.pid for s in after.socks.values() if s.local_port == rig.pg_port and s.peer_port == rig.db_port),
+        None,
+    )
+    own_cpu = after.backends.get(ours, 0.0) - before.backends.get(ours, 0.0) if ours else 0.0
     return Round(
         name=rig.name,
         requests=done,
         seconds=after.at - before.at,
         replica_cpu=[a - b for a, b in zip(after.replicas, before.replicas, strict=True)],
-        postgres_cpu=after.postgres - before.postgres if pg else None,
+        postgres_cpu=after.postgres - before.postgres - own_cpu if pg else None,
         haproxy_cpu=after.haproxy - before.haproxy if rig.haproxy else None,
         client_cpu=after.client - before.client,
         write_xacts=after.xid - before.xid if rig.db is not None else None,
@@ -408,6 +445,9 @@ async def rig(name: str, workdir: Path, count: int, database: str | None) -> Asy
 
             r.db = await asyncpg.connect(database)
             r.db_port = int(await r.db.fetchval("SELECT inet_client_port()"))
+            from hitl_mcp.store import postgres as store
+
+            r.lock_key = getattr(store, "CHAIN_LOCK", None)
         try:
             yield r
         finally:
@@ -427,9 +467,11 @@ class Inputs:
     c_h: float  # the balancer's CPU seconds per request
     c_c: float  # the client's CPU seconds per request
     core_share: float  # how much of a core one replica used at full load
+    w: float  # write transactions per request
+    t_hold: float | None  # seconds the chain's lock is held per write transaction (1 client), if any
 
 
-def inputs(x1: dict[str, Any], x2: dict[str, Any] | None) -> Inputs:
+def inputs(x1: dict[str, Any], x2: dict[str, Any] | None, single: dict[str, Any] | None = None) -> Inputs:
     """The model's inputs from the ``postgres x1`` round and the ``postgres x2 (B idle)`` one (without
     it, for the pinned rounds of one replica: no change-feed terms)."""
     c_p = (x1["postgres_cpu_ms"] or 0.0) / 1000
@@ -441,7 +483,22 @@ def inputs(x1: dict[str, Any], x2: dict[str, Any] | None) -> Inputs:
         c_h=(x1["haproxy_cpu_ms"] or 0.0) / 1000,
         c_c=x1["client_cpu_ms"] / 1000,
         core_share=x1["replica_core_share"][0],
+        w=x1["write_xacts"] or 0.0,
+        t_hold=hold(single) if single else None,
     )
+
+
+def hold(s: dict[str, Any]) -> float | None:
+    """Seconds the chain's lock was held per write transaction: its share of the round's time."""
+    if "chain_lock_held" not in s or not s["write_xacts"]:
+        return None
+    return float(s["chain_lock_held"] * s["seconds"] / (s["write_xacts"] * s["requests"]))
+
+
+def lock_bound(m: Inputs) -> float:
+    """Requests/s the audit chain's lock allows: every write transaction of every replica holds it
+    in turn, so w * R * t_hold <= 1 (whatever the number of replicas or PostgreSQL's cores)."""
+    return 1 / (m.w * m.t_hold) if m.t_hold and m.w else float("inf")
 
 
 def replica_bound(m: Inputs, n: int) -> float:
@@ -457,6 +514,7 @@ def postgres_bound(m: Inputs, n: int, cores: int) -> float:
 
 def model(m: Inputs, cores: list[int]) -> dict[str, Any]:
     table: dict[str, Any] = {}
+    lb = lock_bound(m)
     for n in REPLICA_COUNTS:
         rb = replica_bound(m, n)
         row: dict[str, Any] = {"replicas_allow": round(rb)}
@@ -466,6 +524,7 @@ def model(m: Inputs, cores: list[int]) -> dict[str, Any]:
                 "postgres_allows": round(pb),
                 "predicted": round(min(rb, pb)),
                 "limit": ("postgres" if pb < rb else "replicas"),
+                "predicted_with_chain_lock": round(min(rb, pb, lb)),
             }
         table[str(n)] = row
     crossover: dict[str, int | None] = {}
@@ -477,7 +536,12 @@ def model(m: Inputs, cores: list[int]) -> dict[str, Any]:
         f"pg{k}": round(max(min(replica_bound(m, n), postgres_bound(m, n, k)) for n in range(1, 257)))
         for k in cores
     }
-    return {"table": table, "postgres_limits_from": crossover, "best_of_1_to_256": ceiling}
+    return {
+        "table": table,
+        "postgres_limits_from": crossover,
+        "best_of_1_to_256": ceiling,
+        "chain_lock_allows": None if lb == float("inf") else round(lb),
+    }
 
 
 def print_model(m: Inputs, result: dict[str, Any], cores: list[int]) -> None:
@@ -496,6 +560,17 @@ def print_model(m: Inputs, result: dict[str, Any], cores: list[int]) -> None:
             for k in cores
         )
         print(f"{n:>8} {row['replicas_allow']:>14}{cells}")
+    lb = result["chain_lock_allows"]
+    if lb is not None and m.t_hold is not None:
+        print(
+            f"the audit chain's lock: held {m.t_hold * 1000:.2f} ms per write transaction (1 client),"
+            f" so at most {lb} requests/s whatever the replicas and cores; with it:"
+        )
+        for n, row in result["table"].items():
+            print(
+                f"{n:>8} {'':>14}"
+                + "".join(f" {row[f'pg{k}']['predicted_with_chain_lock']:>16}" for k in cores)
+            )
     for k in cores:
         print(
             f"PostgreSQL on {k} cores: the limit from {result['postgres_limits_from'][f'pg{k}']} replicas;"
@@ -580,14 +655,14 @@ def print_round(s: dict[str, Any]) -> None:
         f" {f(s['write_xacts']):>6} {f(s['commits']):>7} {f(s['wal_bytes']):>7}"
         f" {s['http_bytes_in']:>6}/{s['http_bytes_out']:<6}"
         f" {'/'.join(map(str, s['pg_bytes_out'])) + ' ' + '/'.join(map(str, s['pg_bytes_in'])):>17}"
-        f" {s['sockets_closed']:>3}"
+        f" {s['sockets_closed']:>3} {s.get('chain_lock_held', '-'):>5} {s.get('chain_lock_waiting', '-'):>5}"
     )
 
 
 HEADER = (
     f"{'round':<24} {'reqs':>6} {'req/s':>7} {'load':>5} {'replica ms':>13} {'core':>11}"
     f" {'PG ms':>7} {'LB ms':>7} {'cli ms':>7} {'w.xact':>6} {'commits':>7} {'WAL B':>7}"
-    f" {'HTTP in/out B':>13} {'to/from PG B':>17} {'cls':>3}"
+    f" {'HTTP in/out B':>13} {'to/from PG B':>17} {'cls':>3} {'lock':>5} {'wait':>5}"
 )
 
 
@@ -622,6 +697,12 @@ async def main() -> None:
                     )
                     if count == 1 and pg:
                         x1 = rounds[-1]
+                        log(f"{name}: {max(10, args.requests // 5)} requests from 1 client")
+                        single = (
+                            await drive(r, r.s.url, max(10, args.requests // 5), 1, args.stats_wait)
+                        ).summary()
+                        single["round"] = "postgres x1, 1 client"
+                        rounds.append(single)
                         if args.pin:
                             cpus, pin_skipped = pin_check()
                             if r.postmaster is None:
@@ -631,13 +712,20 @@ async def main() -> None:
                                 pins = await pinned(r, pinned_inputs, cpus, args)
         pg_rounds = {s["round"]: s for s in rounds}
         if "postgres x1" in pg_rounds and "postgres x2 (B idle)" in pg_rounds:
-            m = inputs(pg_rounds["postgres x1"], pg_rounds["postgres x2 (B idle)"])
+            m = inputs(
+                pg_rounds["postgres x1"],
+                pg_rounds["postgres x2 (B idle)"],
+                pg_rounds.get("postgres x1, 1 client"),
+            )
             result = model(m, args.cores)
     print(
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores"
         f" ({platform.machine()}), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
-    print("per request: CPU in ms; w.xact = write transactions, commits = all; bytes: replica's side")
+    print(
+        "per request: CPU in ms; w.xact = write transactions, commits = all; bytes: replica's side;"
+        " core = share of a core; lock = share of the time the chain's lock was held, wait = waiters"
+    )
     print(HEADER)
     for s in rounds:
         print_round(s)
@@ -647,7 +735,10 @@ async def main() -> None:
         summary["postgres_skipped"] = skipped
     if m is not None and result is not None:
         print_model(m, result, args.cores)
-        summary["inputs_ms"] = {k: round(v * 1000, 3) for k, v in vars(m).items() if k.startswith("c_")}
+        summary["inputs_ms"] = {
+            k: round(v * 1000, 3) for k, v in vars(m).items() if k.startswith(("c_", "t_")) and v is not None
+        }
+        summary["write_xacts_per_request"] = m.w
         summary["model"] = result
     if args.pin:
         if pin_skipped:
