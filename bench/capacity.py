@@ -10,7 +10,10 @@ Rounds (real processes: bench/replicas.py's set-up, ``hitl-mcp serve --transport
 HAProxy running ``deploy/haproxy.cfg``):
 
 - ``sqlite x1``: one replica on SQLite, through the balancer (for comparison);
-- ``postgres x1``: one replica on PostgreSQL, through the balancer;
+- ``postgres x1``: one replica on PostgreSQL, through the balancer; then ``postgres x1, 1 client``, a
+  fifth as many requests from one client, for how long the audit chain's advisory lock is held per
+  write transaction when nothing waits for it (``pg_locks`` sampled every 25 ms in every round: the
+  share of the time it is held, and how many wait for it);
 - ``postgres x2 (B idle)``: two replicas on one database, every request sent to A directly: B's CPU
   is what a replica spends on changes it did not make (each committed write notifies every replica,
   which then reads the change feed), and PostgreSQL's extra CPU is what one more listening replica
@@ -52,6 +55,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import tempfile
 import time
@@ -578,6 +582,50 @@ def print_model(m: Inputs, result: dict[str, Any], cores: list[int]) -> None:
         )
 
 
+def with_extra(m: Inputs, lock_extra_ms: float) -> Inputs:
+    if m.t_hold is not None:
+        m.t_hold += lock_extra_ms / 1000
+    return m
+
+
+def run_inputs(summary: dict[str, Any]) -> Inputs:
+    rounds = {s["round"]: s for s in summary["rounds"]}
+    return inputs(rounds["postgres x1"], rounds["postgres x2 (B idle)"], rounds.get("postgres x1, 1 client"))
+
+
+def remodel(files: list[str], cores: list[int], lock_extra_ms: float) -> None:
+    """The model from the JSON lines of earlier runs: each input the median of the runs'."""
+    runs = [run_inputs(json.loads(Path(f).read_text().strip().splitlines()[-1])) for f in files]
+
+    def median(name: str) -> Any:
+        values = sorted(v for v in (getattr(r, name) for r in runs) if v is not None)
+        return statistics.median(values) if values else None
+
+    m = with_extra(Inputs(**{name: median(name) for name in Inputs.__dataclass_fields__}), lock_extra_ms)
+    print(f"the medians of {len(runs)} runs' inputs ({', '.join(files)})")
+    for name in ("c_r", "c_i", "c_p", "c_pi", "t_hold"):
+        values = [getattr(r, name) for r in runs if getattr(r, name) is not None]
+        if values:
+            print(f"  {name}: {min(values) * 1000:.2f}–{max(values) * 1000:.2f} ms")
+    result = model(m, cores)
+    print_model(m, result, cores)
+    print(
+        json.dumps(
+            {
+                "bench": "capacity",
+                "runs": len(runs),
+                "inputs_ms": {
+                    k: round(v * 1000, 3)
+                    for k, v in vars(m).items()
+                    if k.startswith(("c_", "t_")) and v is not None
+                },
+                "write_xacts_per_request": m.w,
+                "model": result,
+            }
+        )
+    )
+
+
 # --- the pinned rounds ----------------------------------------------------------------------------
 
 
@@ -675,7 +723,22 @@ async def main() -> None:
     parser.add_argument("--stats-wait", type=float, default=11.0, help="seconds for pg_stat_database")
     parser.add_argument("--pin", action="store_true", help="also the two pinned rounds (2 CPUs)")
     parser.add_argument("--no-sqlite", action="store_true", help="leave out the SQLite round")
+    parser.add_argument(
+        "--model-from",
+        nargs="+",
+        metavar="FILE",
+        help="no rounds: the model from earlier runs' output (their JSON lines), the median of each input",
+    )
+    parser.add_argument(
+        "--lock-extra-ms",
+        type=float,
+        default=0.0,
+        help="added to the chain lock's hold per write transaction: a WAL flush, network round trips",
+    )
     args = parser.parse_args()
+    if args.model_from:
+        remodel(args.model_from, args.cores, args.lock_extra_ms)
+        return
     rounds: list[dict[str, Any]] = []
     pins: list[dict[str, Any]] = []
     pin_skipped: str | None = None
