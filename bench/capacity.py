@@ -369,6 +369,9 @@ async def drive(rig: Rig, target: str, requests: int, workers: int, stats_wait: 
         result.extra["chain_lock_held"] = round(sum(h for h, _ in samples) / len(samples), 3)
         result.extra["chain_lock_waiting"] = round(sum(w for _, w in samples) / len(samples), 2)
         result.extra["chain_lock_samples"] = len(samples)
+        if result.write_xacts:  # how long each write transaction held it, at this load
+            held = result.extra["chain_lock_held"] * result.seconds / result.write_xacts
+            result.extra["chain_lock_ms_per_write"] = round(held * 1000, 2)
     return result
 
 
@@ -816,6 +819,12 @@ async def main() -> None:
                 f" (alone CPU {p['other_work_share']['alone']:.0%} busy with other work,"
                 f" shared {p['other_work_share']['shared']:.0%}); measured {p['per_second']}"
             )
+            if "chain_lock_held" in p:
+                print(
+                    f"  the chain's lock was held {p['chain_lock_held']:.0%} of the time,"
+                    f" {p.get('chain_lock_ms_per_write', '-')} ms per write transaction,"
+                    f" {p['chain_lock_waiting']} waiting on average"
+                )
         summary["pinned"] = pins
     print(json.dumps(summary))
 
