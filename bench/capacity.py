@@ -32,15 +32,24 @@ closed during the round takes its bytes with it: the count of those is printed).
 
 ``--pin`` (needs two CPUs this process may use): two more rounds on ``postgres x1`` with the processes
 pinned (``sched_setaffinity``, what ``taskset -a -p`` does, on every thread; PostgreSQL's backends
-inherit the postmaster's): (a) the replica on the first CPU, PostgreSQL, HAProxy and the client on
-the second; (b) the reverse. Each is predicted from the unpinned ``postgres x1`` round's CPU per
+inherit the postmaster's), HAProxy and the client on the second CPU: (a) the replica alone on the
+first CPU, PostgreSQL on the second; (b) the reverse, PostgreSQL alone on the first, the replica on
+the second. Each is predicted from the unpinned ``postgres x1`` round's CPU per
 request (the busiest CPU's sum of CPU per request bounds the rate), also net of the other work the
-CPUs did meanwhile (measured from ``/proc/stat``), and compared with the rate measured.
+CPUs did meanwhile (measured from ``/proc/stat``: other work takes whatever our processes leave
+idle, so this one is a floor more than a forecast), and compared with the rate measured.
+
+The model: replicas allow ``n / (c_r + (n-1) c_i)`` requests/s, PostgreSQL on k cores
+``k / (c_p + (n-1) c_pi)``, and while there is one audit chain its lock ``1 / (w t_hold)``
+(docs/scale-out.md explains each). ``--model-from FILE...`` prints it again from earlier runs' output
+(the median of each input) without running anything; ``--lock-extra-ms`` adds a WAL flush or network
+round trips to ``t_hold``.
 
 PostgreSQL: ``--postgres URL`` (or ``$HITL_BENCH_POSTGRES_URL``), else a throwaway cluster
 (tests/support/postgres.py: ``fsync=off``). Its CPU and bytes need it on this machine.
 
     .venv/bin/python bench/capacity.py [--requests 1000] [--workers 16] [--pin] [--cores 2 4 8]
+    .venv/bin/python bench/capacity.py --model-from run1.out run2.out run3.out [--lock-extra-ms 0.5]
 
 Prints the inputs, the model's table (requests/s for 1, 2, 4, 8 replicas against PostgreSQL on
 machines of ``--cores`` cores) and the pinned rounds, then one JSON line, last on stdout. Progress
