@@ -17,9 +17,10 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 BUDGET_SECONDS = 60.0
 AT_ONCE = 2
-LONGEST = ("replicas.py", "wait_cost.py")
+LONGEST = ("replicas.py", "wait_cost.py", "capacity.py")
 
 SMOKE: dict[str, list[str]] = {
+    "capacity.py": ["--requests", "10", "--workers", "2", "--stats-wait", "0", "--no-sqlite"],
     "cold_start.py": ["--runs", "1"],
     "concurrency.py": ["--sessions", "4", "--per-session", "2", "--workers", "1", "--in-flight", "4"],
     "export.py": ["--requests", "50"],
