@@ -205,6 +205,13 @@ UNDO_PEOPLE = (
     " ALTER TABLE replies DROP COLUMN proof; DROP TABLE receipts; ALTER TABLE requests DROP COLUMN receipt;"
 )
 
+#: PostgreSQL's migration 16 (an audit chain per process), undone
+UNDO_CHAINS = (
+    "ALTER TABLE audit DROP CONSTRAINT audit_pkey;"
+    " ALTER TABLE audit DROP COLUMN chain, DROP COLUMN written_at;"
+    " ALTER TABLE audit ADD PRIMARY KEY (seq); DROP TABLE audit_chains;"
+)
+
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def before_binding(
@@ -250,7 +257,7 @@ async def before_binding(
                 "ALTER TABLE rules DROP COLUMN shown, DROP COLUMN max_risk; DROP TABLE credentials;"
                 "ALTER TABLE requests DROP COLUMN preview, DROP COLUMN preview_sha256;"
                 "ALTER TABLE replies DROP COLUMN preview_sha256;"
-                f"{UNDO_PEOPLE} UPDATE hitl_schema SET version = 9; {old_rule('FALSE')};"
+                f"{UNDO_PEOPLE} {UNDO_CHAINS} UPDATE hitl_schema SET version = 9; {old_rule('FALSE')};"
             )
         finally:
             await conn.close()
