@@ -40,7 +40,8 @@ CPUs did meanwhile (measured from ``/proc/stat``: other work takes whatever our 
 idle, so this one is a floor more than a forecast), and compared with the rate measured.
 
 The model: replicas allow ``n / (c_r + (n-1) c_i)`` requests/s, PostgreSQL on k cores
-``k / (c_p + (n-1) c_pi)``, and while there is one audit chain its lock ``1 / (w t_hold)``
+``k / (c_p + (n-1) c_pi)``, and each replica's audit chain lock (its write transactions take it in
+turn, until commit) ``n / (w t_hold)``
 (docs/scale-out.md explains each). ``--model-from FILE...`` prints it again from earlier runs' output
 (the median of each input) without running anything; ``--lock-extra-ms`` adds a WAL flush or network
 round trips to ``t_hold``.
@@ -80,6 +81,8 @@ from replicas import Setup, agent, api, ask, cpu_seconds, fresh_database, log, p
 
 REPLICA_COUNTS = (1, 2, 4, 8)
 LOCK_SAMPLE_SECONDS = 0.025
+#: the audit chains whose append locks are sampled (a round has at most a few replicas)
+LOCK_CHAINS = 16
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -217,7 +220,7 @@ class Rig:
     pg_port: int | None
     db: Any = None  # asyncpg connection
     db_port: int = 0  # its local port, left out of the byte counts
-    lock_key: int | None = None  # the audit chain's advisory lock, while there is one
+    lock_keys: list[int] = field(default_factory=list)  # the audit chains' append locks
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -248,14 +251,17 @@ class Rig:
         snap.xid, snap.wal = int(row["xid"]), int(row["wal"])
 
     async def chain_lock(self) -> tuple[int, int] | None:
-        """Transactions holding and waiting for the audit chain's advisory lock, this instant."""
-        if self.db is None or self.lock_key is None:
+        """Transactions holding and waiting for an audit chain's append lock, this instant (summed
+        over the chains: a round with one serving replica appends to one)."""
+        if self.db is None or not self.lock_keys:
             return None
+        unsigned = [key & 0xFFFFFFFFFFFFFFFF for key in self.lock_keys]  # pg_locks splits it unsigned
         row = await self.db.fetchrow(
             "SELECT count(*) FILTER (WHERE granted) AS held, count(*) FILTER (WHERE NOT granted) AS waiting"
-            " FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND objid = $2 AND objsubid = 1",
-            self.lock_key >> 32,
-            self.lock_key & 0xFFFFFFFF,
+            " FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
+            " AND (classid::bigint, objid::bigint) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
+            [key >> 32 for key in unsigned],
+            [key & 0xFFFFFFFF for key in unsigned],
         )
         return int(row["held"]), int(row["waiting"])
 
@@ -461,9 +467,9 @@ async def rig(name: str, workdir: Path, count: int, database: str | None) -> Asy
 
             r.db = await asyncpg.connect(database)
             r.db_port = int(await r.db.fetchval("SELECT inet_client_port()"))
-            from hitl_mcp.store import postgres as store
+            from hitl_mcp.store import pg_chain
 
-            r.lock_key = getattr(store, "CHAIN_LOCK", None)
+            r.lock_keys = [pg_chain.append_key(chain) for chain in range(1, LOCK_CHAINS + 1)]
         try:
             yield r
         finally:
@@ -511,10 +517,10 @@ def hold(s: dict[str, Any]) -> float | None:
     return float(s["chain_lock_held"] * s["seconds"] / (s["write_xacts"] * s["requests"]))
 
 
-def lock_bound(m: Inputs) -> float:
-    """Requests/s the audit chain's lock allows: every write transaction of every replica holds it
-    in turn, so w * R * t_hold <= 1 (whatever the number of replicas or PostgreSQL's cores)."""
-    return 1 / (m.w * m.t_hold) if m.t_hold and m.w else float("inf")
+def lock_bound(m: Inputs, n: int) -> float:
+    """Requests/s n replicas' audit chain locks allow: each replica's write transactions hold its
+    own chain's lock in turn, until commit, so R/n * w * t_hold <= 1 for each."""
+    return n / (m.w * m.t_hold) if m.t_hold and m.w else float("inf")
 
 
 def replica_bound(m: Inputs, n: int) -> float:
@@ -530,9 +536,9 @@ def postgres_bound(m: Inputs, n: int, cores: int) -> float:
 
 def model(m: Inputs, cores: list[int]) -> dict[str, Any]:
     table: dict[str, Any] = {}
-    lb = lock_bound(m)
     for n in REPLICA_COUNTS:
         rb = replica_bound(m, n)
+        lb = lock_bound(m, n)
         row: dict[str, Any] = {"replicas_allow": round(rb)}
         for k in cores:
             pb = postgres_bound(m, n, k)
@@ -556,7 +562,9 @@ def model(m: Inputs, cores: list[int]) -> dict[str, Any]:
         "table": table,
         "postgres_limits_from": crossover,
         "best_of_1_to_256": ceiling,
-        "chain_lock_allows": None if lb == float("inf") else round(lb),
+        "chain_lock_allows_one_replica": None
+        if lock_bound(m, 1) == float("inf")
+        else round(lock_bound(m, 1)),
     }
 
 
@@ -576,11 +584,11 @@ def print_model(m: Inputs, result: dict[str, Any], cores: list[int]) -> None:
             for k in cores
         )
         print(f"{n:>8} {row['replicas_allow']:>14}{cells}")
-    lb = result["chain_lock_allows"]
+    lb = result["chain_lock_allows_one_replica"]
     if lb is not None and m.t_hold is not None:
         print(
-            f"the audit chain's lock: held {m.t_hold * 1000:.2f} ms per write transaction (1 client),"
-            f" so at most {lb} requests/s whatever the replicas and cores; with it:"
+            f"each replica's audit chain lock: held {m.t_hold * 1000:.2f} ms per write transaction"
+            f" (1 client), so at most {lb} requests/s a replica; with it:"
         )
         for n, row in result["table"].items():
             print(

@@ -15,6 +15,7 @@ matches in any spelling (``[0:0:0:0:0:0:0:1]`` is ``[::1]``).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -37,6 +38,9 @@ def canonical_host(name: str) -> str:
         return name.lower()
 
 
+# every request's Host: parsing it (urlsplit, ipaddress) was a sixth of what a poll of a task cost,
+# and clients send the same few names again and again
+@functools.lru_cache(maxsize=1024)
 def split_netloc(value: str) -> tuple[str, int | None] | None:
     """``host[:port]`` (``[v6]:port`` for IPv6) as its canonical host and port; None when malformed."""
     if not value or any(c in value for c in "@/?#\\ \t") or not value.isascii():
