@@ -91,7 +91,9 @@ def build_app(
     credentials = Credentials(auth, agents, get_broker, oauth)
     if mcp is not None and transport == "http":
         inner = mcp.streamable_http_app(host=host, transport_security=security)
-        routes += _guarded(inner.routes, credentials, mcp_front)
+        # first, after /healthz: the router tries each route's pattern in turn, and every poll of a
+        # task and every held call would otherwise be matched against all the inbox's routes first
+        routes[1:1] = _guarded(inner.routes, credentials, mcp_front)
 
         @contextlib.asynccontextmanager
         async def lifespan(_: Starlette) -> AsyncIterator[None]:
