@@ -91,6 +91,15 @@ async def rpc(
     return cast(dict[str, Any], data["result"])
 
 
+async def exchange(conn: BufferedByteStream, request: bytes) -> tuple[str, bytes]:
+    """Send one request; the response's status line and body (``Content-Length`` framed)."""
+    await conn.send(request)
+    status_line, *lines = (await conn.receive_until(b"\r\n\r\n", 65536)).decode().split("\r\n")
+    fields = dict(line.split(": ", 1) for line in lines)
+    length = int(next(v for k, v in fields.items() if k.lower() == "content-length"))
+    return status_line, await conn.receive_exactly(length)
+
+
 class Connections:
     """Keep-alive HTTP/1.1 connections to one server, each taken by one request at a time."""
 
@@ -113,13 +122,22 @@ class Connections:
         ).encode()
         conn = await self.take.receive()
         try:
-            if conn is None:
+            try:
+                if conn is None:
+                    conn = BufferedByteStream(await anyio.connect_tcp(self.host, self.port))
+                    reused = False
+                else:
+                    reused = True
+                status_line, content = await exchange(conn, head + data)
+            except (anyio.IncompleteRead, anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                if not reused:
+                    raise
+                # the server closed a keep-alive connection that sat idle (uvicorn: after 5 s), as
+                # the request went out: once more on a new one, as HTTP clients do (tasks/get is
+                # idempotent)
+                await conn.aclose()
                 conn = BufferedByteStream(await anyio.connect_tcp(self.host, self.port))
-            await conn.send(head + data)
-            status_line, *lines = (await conn.receive_until(b"\r\n\r\n", 65536)).decode().split("\r\n")
-            fields = dict(line.split(": ", 1) for line in lines)
-            length = int(next(v for k, v in fields.items() if k.lower() == "content-length"))
-            content = await conn.receive_exactly(length)
+                status_line, content = await exchange(conn, head + data)
         except BaseException:
             if conn is not None:
                 await conn.aclose()
