@@ -147,13 +147,13 @@ def test_mail_shows_the_whole_preview_up_to_its_room() -> None:
 
 def test_the_host_form_offers_approve_only_when_the_preview_fits_its_message() -> None:
     short = request_with(SQL)
-    form = elicitation.render(short, [], True, fit(short.preview, elicitation.ROOM.size))  # type: ignore[arg-type]
+    form = elicitation.render(short, [], True, fit(short.preview, elicitation.ROOM_CHARS))  # type: ignore[arg-type]
     assert SQL["statement"] in form.message and form.schema["properties"]["decision"]["enum"] == [
         "approve",
         "deny",
     ]
     long = request_with(LONG)
-    shown = fit(long.preview, elicitation.ROOM.size)  # type: ignore[arg-type]
+    shown = fit(long.preview, elicitation.ROOM_CHARS)  # type: ignore[arg-type]
     form = elicitation.render(long, ["web"], not not shown.whole, shown)
     assert form.schema["properties"]["decision"]["enum"] == ["deny"]
     assert "below the whole preview" in form.message and "lines not shown" in form.message

@@ -67,7 +67,7 @@ if TYPE_CHECKING:  # config validation imports channel modules: keep them light
 class ChannelConfig(BaseModel):
     """Base of every channel's config block."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     type: str
     digest: Annotated[float, bounded(60, DAY)] | None = None

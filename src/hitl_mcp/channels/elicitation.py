@@ -17,18 +17,20 @@ drives it (a server-to-client ``elicitation/create`` on handshake-era connection
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from hitl_mcp.channels.base import Channel as BaseChannel
 from hitl_mcp.channels.base import ChannelConfig, Delivery, DeliveryError
-from hitl_mcp.channels.fitting import Room
 from hitl_mcp.core.models import Kind, Reply, Request, as_decision, canonical_json
-from hitl_mcp.core.previews import Shown
+
+if TYPE_CHECKING:  # the config's models import this module at every start: fitting loads the previews
+    from hitl_mcp.channels.fitting import Room
+    from hitl_mcp.core.previews import Shown
 
 #: how much of an approval's payload the form's message shows
 PAYLOAD_PREVIEW = 1500
 #: how much of a preview the form's message shows whole: only then does the form offer Approve
-ROOM = Room(2000, "chars")
+ROOM_CHARS = 2000
 
 
 class Config(ChannelConfig):
@@ -71,7 +73,9 @@ class ElicitationChannel(BaseChannel):
         return may_approve(self.config, risk)
 
     def preview_room(self) -> Room:
-        return ROOM
+        from hitl_mcp.channels.fitting import Room
+
+        return Room(ROOM_CHARS, "chars")
 
 
 RISK_ORDER = {"low": 1, "medium": 2, "high": 3}

@@ -20,31 +20,14 @@ from typing import Any
 import anyio
 
 from hitl_mcp import __version__
-from hitl_mcp.cli import agents as cli_agents
-from hitl_mcp.cli import gate as gate_cli
-from hitl_mcp.cli import oauth as cli_oauth
-from hitl_mcp.cli import people as cli_people
-from hitl_mcp.cli import receipts as cli_receipts
-from hitl_mcp.cli import rules as cli_rules
-from hitl_mcp.cli.delegate import add_delegate, cmd_delegate
-from hitl_mcp.cli.requests import (
-    CliError,
-    cmd_answer,
-    cmd_approve,
-    cmd_deny,
-    cmd_history,
-    cmd_pending,
-    cmd_show,
-    open_broker,
-    run,
-)
+from hitl_mcp.cli.requests import CliError, open_broker, run
 from hitl_mcp.cli.requests import config_and_state as _config
-from hitl_mcp.cli.store import check_store, cmd_migrate
 from hitl_mcp.kit.pipes import reader_gone, stopped_reading
 from hitl_mcp.kit.terminal import visible
 
 # The config, the SDK and the store are imported by the verbs that use them, when they run: `serve`
-# loads them with the collector paused (see main), and the other verbs only what they use.
+# loads them with the collector paused (see main), and the other verbs only what they use. The verbs'
+# modules load with their parsers (build_parser): `serve`, which a host starts, builds only its own.
 
 __all__ = ["CliError", "build_parser", "main"]
 
@@ -52,8 +35,9 @@ log = logging.getLogger("hitl_mcp")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(only_serve=words[:1] == ["serve"])
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
@@ -103,7 +87,8 @@ def _verb(args: argparse.Namespace) -> int:
         return 130
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, only_serve: bool = False) -> argparse.ArgumentParser:
+    """Every verb's parser; ``only_serve``: just ``serve``'s (a server's start builds nothing else)."""
     parser = argparse.ArgumentParser(
         prog="hitl-mcp", description="An MCP server that lets agents reach a person."
     )
@@ -124,6 +109,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transport", choices=["stdio", "sse", "http"], default="stdio")
     p.add_argument("--host", help="HTTP address (default from config, 127.0.0.1)")
     p.add_argument("--port", type=int, help="HTTP port (default from config, 8765)")
+    if only_serve:
+        return parser
+
+    from hitl_mcp.cli import agents as cli_agents
+    from hitl_mcp.cli import gate as gate_cli
+    from hitl_mcp.cli import oauth as cli_oauth
+    from hitl_mcp.cli import people as cli_people
+    from hitl_mcp.cli import receipts as cli_receipts
+    from hitl_mcp.cli import rules as cli_rules
+    from hitl_mcp.cli.delegate import add_delegate, cmd_delegate
+    from hitl_mcp.cli.requests import cmd_answer, cmd_approve, cmd_deny, cmd_history, cmd_pending, cmd_show
+    from hitl_mcp.cli.store import cmd_migrate
 
     p = command("inbox", cmd_inbox, "print the inbox's login link (it holds the web token)")
     common(p)
@@ -273,6 +270,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     from hitl_mcp.channels import channel_module
     from hitl_mcp.channels.base import Channel, DeliveryError
+    from hitl_mcp.cli.store import check_store
     from hitl_mcp.config import effective_config
 
     config, state_dir = _config(args)

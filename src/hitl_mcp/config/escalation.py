@@ -26,7 +26,7 @@ _NAME_HELP = "use 1 to 32 of a-z, 0-9, '_' and '-', starting with a letter or a 
 class Choice(BaseModel):
     """What ``defaults.<tool>`` (or one of its ``risk`` entries) picks: a ladder and the people."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     escalation: str | None = None
     """A ladder's name; ``none`` for no ladder."""

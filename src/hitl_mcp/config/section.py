@@ -11,7 +11,7 @@ from pydantic_core import PydanticCustomError
 class Section(BaseModel):
     """Base of the config models: no unknown keys; an empty sub-section (``http:``) means its defaults."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     @model_validator(mode="before")
     @classmethod

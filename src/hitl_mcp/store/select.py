@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from hitl_mcp.core.records import StoreError
 from hitl_mcp.kit.net import redact
 
 if TYPE_CHECKING:
@@ -39,6 +38,8 @@ def database_url(store: str, env: dict[str, str] | None = None) -> str | None:
         except ValueError:
             scheme = ""
         if scheme not in SCHEMES:
+            from hitl_mcp.core.records import StoreError  # here: the server's start imports this module
+
             raise StoreError(f"${ENV} must be a postgresql:// URL")  # not echoed: it may hold a password
         return raw
     return None if store == "sqlite" else store
@@ -72,6 +73,8 @@ def engine_for(
         from hitl_mcp.store.postgres import PostgresStore
     except ImportError as exc:
         if exc.name and exc.name.startswith("asyncpg"):
+            from hitl_mcp.core.records import StoreError
+
             raise StoreError(NEEDS_ASYNCPG) from None
         raise
     return PostgresStore(url, anchor, pool_size=pool_size, listen=serving, sealer=sealer)
