@@ -178,6 +178,9 @@ NOT_AT_START = (
     "hitl_mcp.cli.agents",
     "hitl_mcp.cli.people",
     "hitl_mcp.cli.receipts",
+    # the previews' models and the kit that fits them to a channel: with the first tool call (25 M)
+    "hitl_mcp.core.previews",
+    "hitl_mcp.channels.fitting",
 )
 #: pydantic models the start must not build (their validators are built at first use)
 NOT_BUILT_AT_START = (

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from hitl_mcp.channels import elicitation
-from hitl_mcp.channels.fitting import approve_here, shown
 from hitl_mcp.core.models import Kind, Request
 
 if TYPE_CHECKING:  # the broker loads after a stdio start is served (serving.SIDE_MODULES)
@@ -38,6 +37,8 @@ def link_message(request: Request, channel: str) -> str:
 def render_form(broker: Broker, request: Request, channel: str) -> elicitation.Form:
     """The form; it offers Approve only for a risk the form may approve (``may_approve``) and a
     preview its message shows whole (the kit's ``approve_here``)."""
+    from hitl_mcp.channels.fitting import approve_here, shown  # with the previews: not at the start
+
     others = [n for n in request.channels if n != channel]
     # approvable here unless the preview does not fit the form, or it is a step-up's (a passkey's,
     # in the inbox: the host's form may only deny it)

@@ -39,7 +39,6 @@ from hitl_mcp.mcp.tool_args import (
     ChannelList,
     IdempotencyKey,
     PeopleList,
-    PreviewArg,
     ReportStatus,
     RequestId,
     ResultSha256,
@@ -232,7 +231,7 @@ def build_server(
                 "with the decision: do exactly this if approved."
             ),
         ] = None,
-        preview: PreviewArg = None,
+        preview: tool_args.PreviewArg = None,
         risk: Annotated[
             Literal["low", "medium", "high"] | None,
             Field(description="How risky it is (a preview's content may raise it, never lower it)."),

@@ -34,12 +34,13 @@ from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from pydantic import Field, PrivateAttr, ValidationError
 
-from hitl_mcp.core.previews import Preview
 from hitl_mcp.core.quorum import Quorum
 from hitl_mcp.mcp.tool_schemas import SCHEMAS
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
+
+    from hitl_mcp.core.previews import Preview
 
 
 class ExactTextMetadata(FuncMetadata):
@@ -197,16 +198,30 @@ Approvals = Annotated[
         "once; by default one denial denies. Omit for one approval (or the configured default).",
     ),
 ]
-PreviewArg = Annotated[
-    Preview | None,
-    Field(
-        description="What the action will do, as the person should read it: {kind: diff, diff | files: "
-        "[{path, old, new}]}, {kind: command, command (line or argv), cwd?}, {kind: sql, statement, "
-        "dialect?}, {kind: table, columns, rows}, {kind: json, value} or {kind: markdown, text}; "
-        "optional title. Shown in full (or approved only in the inbox when a channel cannot show it "
-        "whole); its SHA-256 is returned as preview_sha256.",
-    ),
-]
+PREVIEW_HELP = (
+    "What the action will do, as the person should read it: {kind: diff, diff | files: "
+    "[{path, old, new}]}, {kind: command, command (line or argv), cwd?}, {kind: sql, statement, "
+    "dialect?}, {kind: table, columns, rows}, {kind: json, value} or {kind: markdown, text}; "
+    "optional title. Shown in full (or approved only in the inbox when a channel cannot show it "
+    "whole); its SHA-256 is returned as preview_sha256."
+)
+if TYPE_CHECKING:
+    PreviewArg = Annotated[Preview | None, Field(description=PREVIEW_HELP)]
+
+
+def __getattr__(name: str) -> Any:
+    """``PreviewArg``, made when a tool that takes it is built (its first call, ``HitlTool.run``):
+    the previews' models then load with it, not at every server's start (``bench/cold_start.py``).
+    ``server.py`` names it as ``tool_args.PreviewArg`` for that."""
+    if name != "PreviewArg":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from hitl_mcp.core.previews import Preview
+
+    made = Annotated[Preview | None, Field(description=PREVIEW_HELP)]
+    globals()[name] = made
+    return made
+
+
 WaitSeconds = Annotated[
     float | None,
     Field(
