@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
-from pydantic import Field, PrivateAttr, ValidationError
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError
 
 from hitl_mcp.core.quorum import Quorum
 from hitl_mcp.mcp.tool_schemas import SCHEMAS
@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 
 class ExactTextMetadata(FuncMetadata):
     """``FuncMetadata`` that gives ``text_fields`` back as sent, before validation."""
+
+    model_config = ConfigDict(defer_build=True)  # made when a tool is first built, not at the start
 
     text_fields: frozenset[str] = frozenset()
 
