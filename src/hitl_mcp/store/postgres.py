@@ -642,11 +642,21 @@ class PostgresStore:
                 body = {name: getattr(request, name) for name in BODY_FIELDS}
                 if request.approvals is not None:
                     body["approvals"] = request.approvals.model_dump(mode="json")
+                # a notification's sends are held for the caller (see SqliteStore.create); one held
+                # for a digest is queued until its window closes (``digests``)
+                first = "held" if request.kind == Kind.NOTIFICATION else "queued"
+                at = request.created_at
+                # the request and its deliveries (only if the request was inserted) in one round trip
                 inserted = await conn.fetchval(
-                    "INSERT INTO requests (id, kind, status, body, owner, idempotency_key, dedupe_key,"
-                    " session_key, created_at, expires_at, preview, preview_sha256)"
+                    "WITH inserted AS (INSERT INTO requests (id, kind, status, body, owner, idempotency_key,"
+                    " dedupe_key, session_key, created_at, expires_at, preview, preview_sha256)"
                     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-                    " ON CONFLICT DO NOTHING RETURNING id",
+                    " ON CONFLICT DO NOTHING RETURNING id),"
+                    " sends AS (INSERT INTO deliveries (request_id, channel, action, status, created_at,"
+                    " updated_at, next_attempt_at) SELECT inserted.id, d.channel, 'deliver', d.status,"
+                    " $9, $9, d.next FROM inserted, unnest($13::text[], $14::text[], $15::float8[])"
+                    " WITH ORDINALITY AS d(channel, status, next, n) ORDER BY d.n)"
+                    " SELECT id FROM inserted",
                     request.id,
                     request.kind.value,
                     request.status.value,
@@ -655,10 +665,13 @@ class PostgresStore:
                     request.idempotency_key,
                     dedupe_key,
                     request.session_key,
-                    request.created_at,
+                    at,
                     request.expires_at,
                     preview_json(request),
                     request.preview_sha256,
+                    request.channels,
+                    ["queued" if ch in held else first for ch in request.channels],
+                    [held.get(ch, at) for ch in request.channels],
                 )
                 if inserted is None:  # a duplicate committed first: reattach to it below
                     row = await existing(conn)
@@ -670,18 +683,7 @@ class PostgresStore:
                     raise KeyConflict("idempotency_key already used for a different request")
                 await self._append(tx, found.id, "reattached", request.client_name, {})
                 return found, False
-            # a notification's sends are held for the caller (see SqliteStore.create)
-            first = "held" if request.kind == Kind.NOTIFICATION else "queued"
             at = request.created_at
-            # a notification held for a digest is queued until its window closes (``digests``)
-            await conn.executemany(
-                "INSERT INTO deliveries (request_id, channel, action, status, created_at, updated_at,"
-                " next_attempt_at) VALUES ($1, $2, 'deliver', $3, $4, $4, $5)",
-                [
-                    (request.id, ch, "queued" if ch in held else first, at, held.get(ch, at))
-                    for ch in request.channels
-                ],
-            )
             await self._append(tx, request.id, "created", request.client_name, created(request), at=at)
             if steps:
                 await conn.executemany(
@@ -752,8 +754,13 @@ class PostgresStore:
 
         async def work(tx: _Tx) -> Settled | None:
             conn = tx.conn
-            # locked: the votes read here are the ones the conditional UPDATE below replaces
-            row = await conn.fetchrow("SELECT * FROM requests WHERE id = $1 FOR UPDATE", request_id)
+            # locked: the votes read here are the ones the conditional UPDATE below replaces; with the
+            # data of its 'created' row (what was asked), in the same round trip
+            row = await conn.fetchrow(
+                "SELECT r.*, (SELECT a.data FROM audit a WHERE a.request_id = r.id AND a.event = 'created'"
+                " ORDER BY a.seq LIMIT 1) AS created_data FROM requests r WHERE r.id = $1 FOR UPDATE OF r",
+                request_id,
+            )
             if row is None:
                 return None
             current = _request(row)
@@ -764,10 +771,7 @@ class PostgresStore:
                 and current.expires_at <= at
             ):
                 current = await self._settle(tx, current, Status.EXPIRED, "expiry", expired, at, silent)
-            first = await conn.fetchval(
-                "SELECT data FROM audit WHERE request_id = $1 AND event = 'created' ORDER BY seq LIMIT 1",
-                request_id,
-            )
+            first = row["created_data"]
             plan = plan_reply(current, reply, outcome, at, None if first is None else asked(first))
             if plan.votes is not None:
                 await conn.execute(
@@ -891,31 +895,24 @@ class PostgresStore:
     async def _queue_retractions(self, tx: _Tx, request_id: str, at: float, silent: Collection[str]) -> None:
         """Once settled: drop deliveries not yet sent, cancel the scheduled steps, and queue a
         retraction where one was sent (on every channel but the ``silent`` ones)."""
-        conn = tx.conn
-        await conn.execute(
-            "UPDATE deliveries SET status = 'skipped', updated_at = $1"
-            " WHERE request_id = $2 AND action != 'retract' AND status = 'queued'",
-            at,
-            request_id,
-        )
-        cancelled = await conn.fetch(
-            "UPDATE steps SET status = 'cancelled', done_at = $1 WHERE request_id = $2"
+        # one statement, one round trip: its parts see the same snapshot, and touch different rows
+        # (the queued sends it skips are not the sent ones it queues a retraction for)
+        cancelled = await tx.conn.fetch(
+            "WITH skipped AS (UPDATE deliveries SET status = 'skipped', updated_at = $1"
+            "   WHERE request_id = $2 AND action != 'retract' AND status = 'queued'),"
+            " retracted AS (INSERT INTO deliveries (request_id, channel, action, status, created_at,"
+            "   updated_at, next_attempt_at) SELECT request_id, channel, 'retract', 'queued', $1, $1, $1"
+            "   FROM deliveries WHERE request_id = $2 AND action = 'deliver' AND status = 'sent'"
+            "   AND channel <> ALL($3::text[]) ORDER BY id ON CONFLICT DO NOTHING)"
+            " UPDATE steps SET status = 'cancelled', done_at = $1 WHERE request_id = $2"
             " AND status = 'scheduled' RETURNING number, label",
-            at,
-            request_id,
-        )
-        if cancelled:
-            steps = [f"{r['number']}: {r['label']}" for r in sorted(cancelled, key=lambda r: r["number"])]
-            await self._append(tx, request_id, "steps_cancelled", None, {"steps": steps}, at=at)
-        await conn.execute(
-            "INSERT INTO deliveries (request_id, channel, action, status, created_at, updated_at,"
-            " next_attempt_at) SELECT request_id, channel, 'retract', 'queued', $1, $1, $1"
-            " FROM deliveries WHERE request_id = $2 AND action = 'deliver' AND status = 'sent'"
-            " AND channel <> ALL($3::text[]) ORDER BY id ON CONFLICT DO NOTHING",
             at,
             request_id,
             sorted(silent),
         )
+        if cancelled:
+            steps = [f"{r['number']}: {r['label']}" for r in sorted(cancelled, key=lambda r: r["number"])]
+            await self._append(tx, request_id, "steps_cancelled", None, {"steps": steps}, at=at)
 
     async def due_expiries(self, now: float, limit: int = 100) -> builtins.list[str]:
         async def work(conn: Conn) -> builtins.list[str]:
