@@ -28,15 +28,10 @@ from hitl_mcp.store.anchor import Anchorer, anchor_line
 from hitl_mcp.store.pg_schema import MIGRATIONS, VERSION_TABLE
 from hitl_mcp.store.postgres import PostgresStore
 from hitl_mcp.store.seal import Sealer
+from tests.support.postgres import opened
 from tests.support.settle import resolve
 
 pytestmark = pytest.mark.anyio
-
-
-async def opened(url: str, **options: Any) -> PostgresStore:
-    store = PostgresStore(url, **options)
-    await store.open()
-    return store
 
 
 @pytest.fixture
@@ -59,6 +54,18 @@ async def settle(store: PostgresStore, request_id: str) -> None:
     reply = Reply(channel="web", responder="ops", text="yes")
     settled = await resolve(store, created.id, reply, check_reply(created, reply))
     assert settled is not None and settled.won
+
+
+async def settle_at_once(stores: dict[str, PostgresStore], count: int) -> None:
+    """Each store settles ``count`` requests of its own (``a0``, ``a1``, ...), all stores at once."""
+
+    async def settle_all(name: str, store: PostgresStore) -> None:
+        for n in range(count):
+            await settle(store, f"{name}{n}")
+
+    async with anyio.create_task_group() as tg:
+        for name, store in stores.items():
+            tg.start_soon(settle_all, name, store)
 
 
 async def tamper(url: str, *statements: tuple[str, tuple[Any, ...]]) -> None:
@@ -241,14 +248,7 @@ async def anchored(postgres_url: str, tmp_path: Path) -> AsyncIterator[Path]:
         await a.record(None, "login", "a", {})
         await b.record(None, "login", "b", {})
         assert (a.chain, b.chain) == (1, 2)
-
-        async def settle_three(store: PostgresStore, name: str) -> None:
-            for n in range(3):
-                await settle(store, f"{name}{n}")
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(settle_three, a, "a")
-            tg.start_soon(settle_three, b, "b")
+        await settle_at_once({"a": a, "b": b}, 3)
     finally:
         await a.close()
         await b.close()
@@ -410,14 +410,7 @@ async def test_replicas_sharing_a_key_chain_its_receipts_one_after_the_other_nam
     a = await opened(postgres_url, sealer=Sealer(key, "replica-a", {"web": "web"}))
     b = await opened(postgres_url, sealer=Sealer(key, "replica-b", {"web": "web"}))
     try:
-
-        async def settle_four(store: PostgresStore, name: str) -> None:
-            for n in range(4):
-                await settle(store, f"{name}{n}")
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(settle_four, a, "a")
-            tg.start_soon(settle_four, b, "b")
+        await settle_at_once({"a": a, "b": b}, 4)
         kept = await a.receipts_between(0, now() + 1)
         rows = {(r.chain, r.seq): r for r in await a.audit()}
     finally:

@@ -21,22 +21,16 @@ from hitl_mcp.core.store import StoreError
 from hitl_mcp.store.pg_schema import MIGRATIONS
 from hitl_mcp.store.postgres import NewerDatabase, PostgresStore
 from tests.conftest import TOKEN, bearer, cli, free_port, sc, serve_args, server_env, server_process
-from tests.support.postgres import Cluster
+from tests.support.postgres import Cluster, opened
 from tests.support.settle import verify_audit
 
 pytestmark = pytest.mark.anyio
 
 
-async def _opened(url: str) -> PostgresStore:
-    store = PostgresStore(url)
-    await store.open()
-    return store
-
-
 @pytest.fixture
 async def pair(postgres_url: str) -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
     """Two stores on one database, as two replicas would have."""
-    a, b = await _opened(postgres_url), await _opened(postgres_url)
+    a, b = await opened(postgres_url), await opened(postgres_url)
     try:
         yield a, b
     finally:
@@ -132,7 +126,7 @@ async def test_a_lease_ends_when_its_holders_connection_dies(
 
 
 async def test_a_database_newer_than_the_code_is_refused(postgres_url: str) -> None:
-    store = await _opened(postgres_url)
+    store = await opened(postgres_url)
     await store.close()
     import asyncpg
 
@@ -142,7 +136,7 @@ async def test_a_database_newer_than_the_code_is_refused(postgres_url: str) -> N
     finally:
         await conn.close()
     with pytest.raises(NewerDatabase) as info:
-        await _opened(postgres_url)
+        await opened(postgres_url)
     assert str(info.value).endswith(f"newer than this hitl-mcp knows ({len(MIGRATIONS)}); upgrade hitl-mcp")
 
 
@@ -199,7 +193,7 @@ async def test_migrate_on_sqlite(state_dir: Path) -> None:
 async def test_the_password_is_never_said_when_the_database_is_unreachable(state_dir: Path) -> None:
     url = f"postgresql://app:s3cret-pw@127.0.0.1:{free_port()}/hitl"
     with pytest.raises(StoreError) as info:
-        await _opened(url)
+        await opened(url)
     said = str(info.value)
     assert said.startswith(
         f"cannot use the database at postgresql://app:***@127.0.0.1:{urlsplit(url).port}/hitl: "
@@ -258,7 +252,7 @@ async def test_two_replicas_on_one_database_answer_each_others_requests(
         assert (out["status"], out["answer"]) == ("answered", "via B")
         health = await http.get(f"http://127.0.0.1:{ports[0]}/healthz")
         assert health.status_code == 200
-    store = await _opened(postgres_url)
+    store = await opened(postgres_url)
     try:
         assert (await verify_audit(store)).ok
         (request,) = await store.list()

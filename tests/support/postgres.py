@@ -5,7 +5,8 @@ trust auth, stopped (``pg_ctl stop -m immediate``) at the end; as root, the clus
 (PostgreSQL refuses root). Under pytest-xdist each worker has a cluster of its own: its temp dir is
 named after the worker (``hitl-pg-gw1-...``) and its port comes from the worker's block
 (``tests.conftest.free_port``). ``$HITL_TEST_POSTGRES_URL`` (an admin URL) is used instead when set.
-``postgres_url`` (function): a database of its own for the test, dropped after it.
+``postgres_url`` (function): a database of its own for the test, dropped after it. ``opened``: a
+``PostgresStore`` on such a database, open.
 
 Without PostgreSQL binaries the tests skip, and fail in CI (``$CI`` set), which installs them.
 """
@@ -21,9 +22,13 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+
+if TYPE_CHECKING:  # asyncpg is imported by the tests that use PostgreSQL, not by every test
+    from hitl_mcp.store.postgres import PostgresStore
 
 
 def pg_bin(name: str) -> str | None:
@@ -143,3 +148,12 @@ async def postgres_url(postgres_cluster: Cluster) -> AsyncIterator[str]:
         yield url
     finally:
         await postgres_cluster.drop_database(url)
+
+
+async def opened(url: str, **options: Any) -> PostgresStore:
+    """A ``PostgresStore`` on ``url`` (``options``: its keyword arguments), open; close it after."""
+    from hitl_mcp.store.postgres import PostgresStore
+
+    store = PostgresStore(url, **options)
+    await store.open()
+    return store

@@ -20,6 +20,7 @@ from typing import Any
 
 import rfc8785
 
+from hitl_mcp.core.audit import label
 from hitl_mcp.core.models import Kind, Request, Status, iso
 from hitl_mcp.core.rules import rule_of
 
@@ -209,8 +210,9 @@ def check_against_audit(claims: Mapping[str, Any], audit_rows: Mapping[tuple[int
     body = claims.get("extensions", {}).get("hitl", {})
     audit = body.get("audit") or {}
     seq, chain = audit.get("seq"), audit.get("chain", 0)
-    row = audit_rows.get((chain, seq)) if isinstance(seq, int) and isinstance(chain, int) else None
-    name = f"{chain}:{seq}" if chain else f"{seq}"
+    if not (isinstance(seq, int) and isinstance(chain, int)):
+        return f"no audit row {seq}"
+    row, name = audit_rows.get((chain, seq)), label(chain, seq)
     if row is None:
         return f"no audit row {name}"
     if row.hash != audit.get("hash"):

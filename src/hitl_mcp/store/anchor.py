@@ -98,18 +98,19 @@ def check_anchors(anchors: Iterable[Anchor], hashes: Mapping[tuple[int, int], st
     by_chain: dict[int, list[Anchor]] = {}
     for anchor in anchors:
         by_chain.setdefault(anchor.chain, []).append(anchor)
-    heads: dict[int, int] = {}
-    for chain, seq in hashes:
-        heads[chain] = max(heads.get(chain, 0), seq)
+    chains: dict[int, dict[int, str]] = {}
+    for (chain, seq), digest in hashes.items():
+        chains.setdefault(chain, {})[seq] = digest
     problems: list[str] = []
     for chain in sorted(by_chain):
-        chain_hashes = {seq: digest for (c, seq), digest in hashes.items() if c == chain}
-        problems += _check_chain(chain, by_chain[chain], chain_hashes, heads.get(chain, 0))
+        problems += _check_chain(chain, by_chain[chain], chains.get(chain, {}))
     return problems
 
 
-def _check_chain(chain: int, anchors: list[Anchor], hashes: Mapping[int, str], head: int) -> list[str]:
+def _check_chain(chain: int, anchors: list[Anchor], hashes: Mapping[int, str]) -> list[str]:
+    """``check_anchors`` for one chain (``hashes``: its seq -> hash)."""
     ordered = sorted(anchors, key=lambda a: (a.seq, a.line))
+    head = max(hashes, default=0)
     problems: list[str] = []
     on = f" of chain {chain}" if chain else ""
     if ordered and ordered[-1].seq > head:

@@ -33,8 +33,8 @@ log = logging.getLogger("hitl_mcp.store")
 MAX_CHAINS = 10_000
 
 
-def _key(what: str, chain: int) -> int:
-    digest = hashlib.sha256(f"hitl-mcp {what} {chain}".encode()).digest()
+def _key(what: str, name: int | str) -> int:
+    digest = hashlib.sha256(f"hitl-mcp {what} {name}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
@@ -50,8 +50,7 @@ def append_key(chain: int) -> int:
 
 def receipt_key(kid: str) -> int:
     """The transaction-level advisory lock a receipt of the key ``kid`` is chained under."""
-    digest = hashlib.sha256(f"hitl-mcp receipts {kid}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
+    return _key("receipts", kid)
 
 
 class ChainClaim:

@@ -637,6 +637,7 @@ class PostgresStore:
 
         async def work(tx: _Tx) -> tuple[Request, bool]:
             conn = tx.conn
+            at = request.created_at
             row = await existing(conn)
             if row is None:
                 body = {name: getattr(request, name) for name in BODY_FIELDS}
@@ -645,7 +646,6 @@ class PostgresStore:
                 # a notification's sends are held for the caller (see SqliteStore.create); one held
                 # for a digest is queued until its window closes (``digests``)
                 first = "held" if request.kind == Kind.NOTIFICATION else "queued"
-                at = request.created_at
                 # the request and its deliveries (only if the request was inserted) in one round trip
                 inserted = await conn.fetchval(
                     "WITH inserted AS (INSERT INTO requests (id, kind, status, body, owner, idempotency_key,"
@@ -683,7 +683,6 @@ class PostgresStore:
                     raise KeyConflict("idempotency_key already used for a different request")
                 await self._append(tx, found.id, "reattached", request.client_name, {})
                 return found, False
-            at = request.created_at
             await self._append(tx, request.id, "created", request.client_name, created(request), at=at)
             if steps:
                 await conn.executemany(

@@ -562,10 +562,10 @@ class SqliteStore:
         seq = cursor.get(0, 0)  # one chain here
 
         def work(db: sqlite3.Connection) -> Any:
-            cursor = db.execute(
+            rows = db.execute(
                 "SELECT seq, request_id, event FROM audit WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit)
-            )
-            return [Change(r["seq"], r["request_id"], r["event"]) for r in cursor.fetchall()]
+            ).fetchall()
+            return [Change(r["seq"], r["request_id"], r["event"]) for r in rows]
 
         return await self._run(work)
 
