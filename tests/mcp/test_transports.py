@@ -184,6 +184,8 @@ NOT_AT_START = (
 )
 #: pydantic models the start must not build (their validators are built at first use)
 NOT_BUILT_AT_START = (
+    "hitl_mcp.config.server.ServerConfig",  # a config section: checked by the whole config's validator
+    "hitl_mcp.mcp.tool_args.ExactTextMetadata",  # a tool's arguments: built with the tool
     "hitl_mcp.core.models.Outcome",
     "hitl_mcp.core.models.NotifyResult",
     "hitl_mcp.core.previews.DiffPreview",
